@@ -1,0 +1,53 @@
+"""jaxmech: closed-chain robot mechanics in JAX.
+
+Compile a mechanism graph once; then jitted, vmapped, differentiable functions give closure
+residuals with analytic Jacobians, assembly, velocity/acceleration reduction, actuator port maps
+and constrained dynamics. See DESIGN.md for conventions (angular-first twists, wxyz quaternions).
+"""
+
+from . import lie
+from .closure import (
+    check_jacobian,
+    closure_jacobian,
+    closure_jacobian_autodiff,
+    closure_residual,
+    closure_residual_and_jacobian,
+    closure_rows,
+)
+from .compile import compile
+from .graph import Graph, ModelError, pose
+from .io import load, read_graph
+from .kinematics import (
+    difference,
+    forward_kinematics,
+    frame_jacobian,
+    frame_pose,
+    integrate,
+    normalize,
+    random_configuration,
+)
+from .mechanism import Mechanism
+
+__all__ = [
+    "Graph",
+    "Mechanism",
+    "ModelError",
+    "check_jacobian",
+    "closure_jacobian",
+    "closure_jacobian_autodiff",
+    "closure_residual",
+    "closure_residual_and_jacobian",
+    "closure_rows",
+    "compile",
+    "difference",
+    "forward_kinematics",
+    "frame_jacobian",
+    "frame_pose",
+    "integrate",
+    "lie",
+    "load",
+    "normalize",
+    "pose",
+    "random_configuration",
+    "read_graph",
+]

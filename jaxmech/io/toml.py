@@ -1,0 +1,154 @@
+"""Native TOML mechanism format (``configs/*.toml``).
+
+Layout (every table checked for unknown keys, so a typo fails with file, element and key)::
+
+    name = "four_bar"
+    gravity = [0, 0, -9.81]
+
+    [[body]]                      # mass kg, com m, inertia kg m^2 about the COM
+    name = "crank"
+    mass = 0.5
+    com = [0.05, 0, 0]
+    inertia = [1e-4, 1e-3, 1e-3]  # ixx iyy izz [ixy ixz iyz] or a 3x3 list
+    frames = { tip = { xyz = [0.1, 0, 0], rpy = [0, 0, 0] } }
+
+    [[joint]]
+    name = "crank"
+    type = "revolute"             # revolute prismatic cylindrical universal spherical free fixed
+    parent = "world"
+    child = "crank"
+    axis = [0, 0, 1]              # universal: axis and axis2
+    parent_xyz = [0, 0, 0]        # joint frame in the parent (parent_rpy / parent_quat)
+    child_xyz = [0, 0, 0]         # joint frame in the child  (child_rpy / child_quat)
+    lower = -3.2                  # per scalar coordinate (lists for two-coordinate joints)
+    upper = 3.2
+    actuated = true
+    cut = true                    # pin as a cut (false: pin in the tree)
+    q0 = 0.3                      # initial guess
+
+    [[constraint]]                # point weld revolute cylindrical universal prismatic pose distance
+    name = "tip_on_rail"
+    type = "point"
+    a = "crank"                   # body or named frame (default world)
+    b = "rocker_tip"
+    a_xyz = [0.1, 0, 0]           # extra offset in a / b (a_rpy, a_quat, b_...)
+    axes = [true, true, true, true, true, true]   # pose only, angular first
+    length = 0.3                  # distance only
+
+    [[coupling]]
+    name = "fingers"
+    coeffs = { finger_joint1 = 1.0, finger_joint2 = -1.0 }
+    offset = 0.0
+
+    [[port]]
+    name = "boom_cylinder"
+    type = "distance"             # or "joint" with joint = "...", index = 0
+    a = "boom_cyl_base"
+    b = "boom_cyl_rod"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+from ..graph import Graph, ModelError, pose
+
+_TOP = {"name", "gravity", "body", "joint", "constraint", "coupling", "port", "description", "source", "root"}
+_BODY = {"name", "mass", "com", "inertia", "frames"}
+_JOINT = {
+    "name", "type", "parent", "child", "axis", "axis2", "parent_xyz", "parent_rpy", "parent_quat", "child_xyz",
+    "child_rpy", "child_quat", "lower", "upper", "offset", "actuated", "cut", "q0", "armature", "damping",
+}
+_CONS = {"name", "type", "a", "b", "a_xyz", "a_rpy", "a_quat", "b_xyz", "b_rpy", "b_quat", "axes", "length"}
+_COUP = {"name", "coeffs", "offset"}
+_PORT = {"name", "type", "joint", "index", "a", "b", "gear"}
+_FRAME = {"xyz", "rpy", "quat"}
+
+
+def _check_keys(g: Graph, el: str, table: dict, allowed: set) -> None:
+    if not isinstance(table, dict):
+        raise g.error(el, f"expected a table, got {table!r}")
+    bad = sorted(set(table) - allowed)
+    if bad:
+        raise g.error(el, f"unknown key(s) {bad} (allowed: {', '.join(sorted(allowed))})")
+
+
+def _pose_from(g: Graph, el: str, t: dict, prefix: str) -> np.ndarray:
+    xyz = t.get(f"{prefix}xyz", (0.0, 0.0, 0.0))
+    rpy, quat = t.get(f"{prefix}rpy"), t.get(f"{prefix}quat")
+    if rpy is not None and quat is not None:
+        raise g.error(el, f"give {prefix}rpy or {prefix}quat, not both")
+    try:
+        return pose(xyz, rpy=rpy, quat=quat)
+    except (ValueError, TypeError) as e:
+        raise g.error(el, f"bad {prefix}xyz/{prefix}rpy/{prefix}quat ({xyz!r}, {rpy!r}, {quat!r}): {e}") from None
+
+
+def graph_from_dict(data: dict, source: str | None = None) -> Graph:
+    """Build a :class:`Graph` from the parsed TOML document."""
+    g = Graph(name=str(data.get("name", Path(source).stem if source else "mechanism")), source=source)
+    _check_keys(g, "top level", data, _TOP)
+    if "gravity" in data:
+        g.gravity = g._vec("top level", "gravity", data["gravity"], 3)
+    for k, b in enumerate(data.get("body", [])):
+        el = f"body #{k + 1} '{b.get('name', '?') if isinstance(b, dict) else '?'}'"
+        _check_keys(g, el, b, _BODY)
+        if "name" not in b:
+            raise g.error(el, "missing 'name'")
+        frames = {}
+        for fname, ft in (b.get("frames") or {}).items():
+            _check_keys(g, f"frame '{fname}'", ft, _FRAME)
+            frames[fname] = _pose_from(g, f"frame '{fname}'", ft, "")
+        g.add_body(b["name"], b.get("mass", 0.0), b.get("com", (0, 0, 0)), b.get("inertia"), frames)
+    for k, j in enumerate(data.get("joint", [])):
+        el = f"joint #{k + 1} '{j.get('name', '?') if isinstance(j, dict) else '?'}'"
+        _check_keys(g, el, j, _JOINT)
+        for req in ("name", "type", "parent", "child"):
+            if req not in j:
+                raise g.error(el, f"missing '{req}'")
+        g.add_joint(
+            j["name"], j["type"], j["parent"], j["child"],
+            parent_pose=_pose_from(g, el, j, "parent_"), child_pose=_pose_from(g, el, j, "child_"),
+            axis=j.get("axis", (0, 0, 1)), axis2=j.get("axis2", (0, 1, 0)),
+            lower=j.get("lower"), upper=j.get("upper"), offset=j.get("offset", 0.0),
+            actuated=j.get("actuated", False), cut=j.get("cut"), q0=j.get("q0"),
+            armature=j.get("armature", 0.0), damping=j.get("damping", 0.0),
+        )
+    for k, c in enumerate(data.get("constraint", [])):
+        el = f"constraint #{k + 1} '{c.get('name', '?') if isinstance(c, dict) else '?'}'"
+        _check_keys(g, el, c, _CONS)
+        for req in ("name", "type"):
+            if req not in c:
+                raise g.error(el, f"missing '{req}'")
+        g.add_constraint(
+            c["name"], c["type"], c.get("a", "world"), c.get("b", "world"),
+            pose_a=_pose_from(g, el, c, "a_"), pose_b=_pose_from(g, el, c, "b_"),
+            axes=c.get("axes"), length=c.get("length", 0.0),
+        )
+    for k, c in enumerate(data.get("coupling", [])):
+        el = f"coupling #{k + 1} '{c.get('name', '?') if isinstance(c, dict) else '?'}'"
+        _check_keys(g, el, c, _COUP)
+        g.add_coupling(c["name"], c.get("coeffs", {}), c.get("offset", 0.0))
+    for k, p in enumerate(data.get("port", [])):
+        el = f"port #{k + 1} '{p.get('name', '?') if isinstance(p, dict) else '?'}'"
+        _check_keys(g, el, p, _PORT)
+        g.add_port(p["name"], p.get("type", "joint"), p.get("joint"), p.get("index", 0), p.get("a"), p.get("b"),
+                   p.get("gear", 1.0))
+    return g
+
+
+def read_toml(path) -> Graph:
+    """Parse a TOML mechanism file into a :class:`Graph` (not yet compiled)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ModelError(f"{path}: file not found") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ModelError(f"{path}: TOML syntax error: {e}") from None
+    return graph_from_dict(data, str(path))
