@@ -15,6 +15,7 @@ from .closure import (
     closure_rows,
 )
 from .compile import compile
+from .curvature import closure_bias, closure_bias_autodiff
 from .graph import Graph, ModelError, pose
 from .io import load, read_graph
 from .kinematics import (
@@ -33,6 +34,8 @@ __all__ = [
     "Mechanism",
     "ModelError",
     "check_jacobian",
+    "closure_bias",
+    "closure_bias_autodiff",
     "closure_jacobian",
     "closure_jacobian_autodiff",
     "closure_residual",

@@ -45,6 +45,14 @@ def _path_prefixes(X: jnp.ndarray, path: np.ndarray) -> jnp.ndarray:
 
 def _group_terms(mech: Mechanism, X: jnp.ndarray, S: jnp.ndarray, g: LoopGroup):
     """Delta (n, 4, 4) and the mismatch-rate matrix W (n, 6, m) for one group."""
+    parts = _group_parts(mech, X, S, g)
+    return parts["Delta"], parts["W"]
+
+
+def _group_parts(mech: Mechanism, X: jnp.ndarray, S: jnp.ndarray, g: LoopGroup) -> dict:
+    """Per-loop geometry of one group (shared with the curvature in ``curvature.py``):
+    prefixes ``Pp``/``Pm`` (n, L, 4, 4), ``Tpi`` = inv(T+) (n, 4, 4), ``Delta`` (n, 4, 4),
+    unsigned path twists ``eta`` (n, m, 6) in the loop-root frame, and ``W`` (n, 6, m)."""
     Pp = _path_prefixes(X, g.path_plus)
     Pm = _path_prefixes(X, g.path_minus)
     A = mech.cut_pose_a[g.param_index]
@@ -56,10 +64,10 @@ def _group_terms(mech: Mechanism, X: jnp.ndarray, S: jnp.ndarray, g: LoopGroup):
     n = np.arange(g.path_plus.shape[0])[:, None]
     Pk = jnp.where((g.dof_sign < 0)[..., None, None], Pp[n, g.dof_pos], Pm[n, g.dof_pos])  # (n, m, 4, 4)
     Se = jnp.concatenate([S, jnp.zeros((1,) + S.shape[1:], S.dtype)], 0)
-    cols = jnp.einsum("nmij,nmj->nmi", lie.adjoint(Pk), Se[g.dof_body, :, g.dof_col])
-    cols = cols * jnp.asarray(g.dof_sign, cols.dtype)[..., None]
+    eta = jnp.einsum("nmij,nmj->nmi", lie.adjoint(Pk), Se[g.dof_body, :, g.dof_col])
+    cols = eta * jnp.asarray(g.dof_sign, eta.dtype)[..., None]
     W = jnp.einsum("nij,nmj->nim", lie.adjoint(Tpi), cols)
-    return Delta, W
+    return {"Pp": Pp, "Pm": Pm, "Tpi": Tpi, "Delta": Delta, "eta": eta, "W": W}
 
 
 def _rows(mech: Mechanism, g: LoopGroup, Delta: jnp.ndarray, W: jnp.ndarray, with_jac: bool = True):

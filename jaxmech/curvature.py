@@ -1,0 +1,168 @@
+"""Constraint curvature ``gamma = Cdot v`` (paper 000: the ``Jdot qdot`` term), analytic.
+
+With ``d/dt rho = C v`` and ``a = dv/dt`` (body-frame quantities for free / spherical joints,
+integrated with :func:`jaxmech.integrate`) the closure acceleration is
+
+    d^2/dt^2 rho = C a + gamma,        gamma = (d/dt C) v,
+
+so accelerations consistent with the closure satisfy ``C a + gamma = 0``.
+
+Derivation, per closure element (same cycle-local paths as ``closure.py``; everything is
+relative to the loop root, which is exact because ``Delta`` does not depend on the root motion):
+
+* Path velocity in the root frame ``V = sum_j eta_j v_j``; with ``P_k`` the prefix pose of path
+  body ``k`` and ``b_k`` its joint's body-frame bias, the velocity-product ("bias") part of
+  ``dV/dt`` is ``sum_j ad(V_before_j) eta_j v_j + sum_k Ad_{P_k} b_k`` (``V_before_j``: the
+  velocity contributed by dofs strictly above dof j on the same path).
+* Joint bias: ``M = G R1(th1) R2(th2) Trans(d)`` has body-frame factor velocities ``c_0``
+  (the whole SE(3) part G) ... ``c_3``; with ``v`` held fixed, ``d/dt (S v) = sum_{i<j} ad(c_i) c_j``.
+* Mismatch rate in frame A: ``w = Ad_{inv(T+)} (V- - V+)`` (``dDelta = w^ Delta``) and its bias
+  ``wb = Ad_{inv(T+)} (bias- - bias+ - ad(V+) (V- - V+))``.
+* Rows: Log rows ``rho = Log(Delta)``: ``gamma = J_l^-1(rho) wb + (d/dt J_l^-1(rho)) w`` with
+  ``d rho/dt = J_l^-1 w`` (the derivative of the 6x6 operator is a forward-mode directional
+  derivative of :func:`lie.se3_left_jacobian_inv`, a local closed form); point rows
+  ``p'' = wb_v + wb_w x p + w_w x p'``; axis rows ``e_i . (wb_w x r + w_w x (w_w x r))`` with
+  ``r = R e_k``; distance rows ``u . p''_bias + (|p'|^2 - (u . p')^2) / |p|``; couplings are
+  linear in q, so their curvature is 0.
+
+Vectorized over the loops of each type group (static masks, no per-loop Python code at run time).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import lie
+from .closure import _group_parts, _select_groups, closure_jacobian
+from .kinematics import integrate, joint_columns, joint_values, local_transforms_ext
+from .mechanism import LoopGroup, Mechanism
+
+
+def _ad(x: jnp.ndarray, y: jnp.ndarray) -> jnp.ndarray:
+    """Spatial cross product ``ad_x y`` for (..., 6) twists, angular-first."""
+    wx, vx, wy, vy = x[..., :3], x[..., 3:], y[..., :3], y[..., 3:]
+    return jnp.concatenate([jnp.cross(wx, wy), jnp.cross(vx, wy) + jnp.cross(wx, vy)], -1)
+
+
+def joint_bias(mech: Mechanism, S: jnp.ndarray, v: jnp.ndarray) -> jnp.ndarray:
+    """Body-frame velocity-product acceleration of every joint, (nb, 6) in the child frame.
+
+    ``S`` (nb, 6, 9) from :func:`kinematics.joint_columns`. Zero for one-axis joints, free and
+    spherical joints; non-zero for universal joints (and any factor product that moves its axes)."""
+    vcol = jnp.concatenate([v, jnp.zeros(1, v.dtype)])[mech.topo.v_index]  # (nb, 9), -1 -> 0
+    c0 = jnp.einsum("nik,nk->ni", S[:, :, :6], vcol[:, :6])
+    c1, c2, c3 = (S[:, :, k] * vcol[:, k : k + 1] for k in (6, 7, 8))
+    return _ad(c0, c1 + c2 + c3) + _ad(c1, c2 + c3) + _ad(c2, c3)
+
+
+def _pair_mask(g: LoopGroup) -> np.ndarray:
+    """(n, m, m): dof l lies strictly above dof j on the same path (both real dofs)."""
+    s, p = g.dof_sign, g.dof_pos
+    same = (s[:, :, None] == s[:, None, :]) & (s[:, :, None] != 0)
+    return (same & (p[:, None, :] < p[:, :, None])).astype(float)
+
+
+def _group_rate_bias(mech: Mechanism, X, S, bias_ext, g: LoopGroup, v):
+    """Delta (n, 4, 4), mismatch rate w (n, 6) and its velocity-product part wb (n, 6)."""
+    parts = _group_parts(mech, X, S, g)
+    eta, Tpi = parts["eta"], parts["Tpi"]
+    sign = jnp.asarray(g.dof_sign, eta.dtype)
+    e = eta * v[g.dof_v][..., None]  # (n, m, 6) unsigned velocity contributions
+    V_before = jnp.einsum("njl,nli->nji", jnp.asarray(_pair_mask(g), eta.dtype), e)
+    pair = jnp.einsum("nj,nji->ni", sign, _ad(V_before, e))  # minus-path bias - plus-path bias
+    Vp = -jnp.einsum("nj,nji->ni", jnp.minimum(sign, 0.0), e)  # V+ (plus dofs carry sign -1)
+    Dv = jnp.einsum("nj,nji->ni", sign, e)  # V- - V+
+    # joint biases of the path bodies, moved to the root frame (pads: body nb -> zero)
+    bp = jnp.einsum("nkij,nkj->ni", lie.adjoint(parts["Pp"]), bias_ext[g.path_plus])
+    bm = jnp.einsum("nkij,nkj->ni", lie.adjoint(parts["Pm"]), bias_ext[g.path_minus])
+    Ai = lie.adjoint(Tpi)
+    w = jnp.einsum("nij,nj->ni", Ai, Dv)
+    wb = jnp.einsum("nij,nj->ni", Ai, pair + bm - bp - _ad(Vp, Dv))
+    return parts["Delta"], w, wb
+
+
+def _jinv_rate(f, x, xdot):
+    """Directional derivative of a local operator (J_l^-1) along xdot, vmapped over loops."""
+    return jax.vmap(lambda a, b: jax.jvp(f, (a,), (b,))[1])(x, xdot)
+
+
+def _rows_bias(mech: Mechanism, g: LoopGroup, Delta, w, wb) -> jnp.ndarray:
+    """Curvature rows (n, r) of one group."""
+    R, p = Delta[:, :3, :3], Delta[:, :3, 3]
+    om, omb = w[:, :3], wb[:, :3]
+    pdot = w[:, 3:] + jnp.cross(om, p)
+    pdd = wb[:, 3:] + jnp.cross(omb, p) + jnp.cross(om, pdot)  # point rows
+    t = g.type
+    if t in ("weld", "pose"):
+        rho = lie.se3_log(Delta)
+        Ji = lie.se3_left_jacobian_inv(rho)
+        rhodot = jnp.einsum("nij,nj->ni", Ji, w)
+        dJi = _jinv_rate(lie.se3_left_jacobian_inv, rho, rhodot)
+        out = jnp.einsum("nij,nj->ni", Ji, wb) + jnp.einsum("nij,nj->ni", dJi, w)
+        return out[:, g.rows] if t == "pose" else out
+    if t == "point":
+        return pdd
+    if t == "distance":
+        n2 = jnp.sum(p * p, -1)
+        safe = n2 > 0
+        nrm = jnp.sqrt(jnp.where(safe, n2, 1.0))
+        u = jnp.where(safe[:, None], p / nrm[:, None], 0.0)
+        ud = jnp.sum(u * pdot, -1)
+        curv = jnp.where(safe, (jnp.sum(pdot * pdot, -1) - ud * ud) / nrm, 0.0)
+        return (jnp.sum(u * pdd, -1) + curv)[:, None]
+
+    def axis_rows(pairs):
+        out = []
+        for i, k in pairs:
+            r = R[:, :, k]
+            out.append((jnp.cross(omb, r) + jnp.cross(om, jnp.cross(om, r)))[:, i])
+        return jnp.stack(out, -1)
+
+    if t == "revolute":
+        return jnp.concatenate([pdd, axis_rows([(0, 2), (1, 2)])], -1)
+    if t == "cylindrical":
+        return jnp.concatenate([pdd[:, :2], axis_rows([(0, 2), (1, 2)])], -1)
+    if t == "universal":
+        return jnp.concatenate([pdd, axis_rows([(0, 1)])], -1)
+    if t == "prismatic":
+        phi = lie.so3_log(R)
+        Ji = lie.so3_left_jacobian_inv(phi)
+        phidot = jnp.einsum("nij,nj->ni", Ji, om)
+        dJi = _jinv_rate(lie.so3_left_jacobian_inv, phi, phidot)
+        rot = jnp.einsum("nij,nj->ni", Ji, omb) + jnp.einsum("nij,nj->ni", dJi, om)
+        return jnp.concatenate([rot, pdd[:, :2]], -1)
+    raise ValueError(f"unknown loop type {t}")  # pragma: no cover
+
+
+def closure_bias(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, loops=None) -> jnp.ndarray:
+    """Analytic constraint curvature ``gamma = (d/dt C) v``, shape (s,) (or the rows of ``loops``).
+
+    ``q`` (nq,), ``v`` (nv,) (body-frame twists for free / spherical joints). Accelerations
+    ``a`` (nv,) consistent with the closure satisfy ``C a + gamma = 0``. Units: the closure row
+    units per second squared. Rows follow ``mech.topo.row_names``; coupling rows are 0."""
+    groups, coup = _select_groups(mech, loops)
+    X = local_transforms_ext(mech, q)
+    _, _, th1, th2, d = joint_values(mech, q)
+    S = joint_columns(mech, th1, th2, d)
+    bias = joint_bias(mech, S, v)
+    bias_ext = jnp.concatenate([bias, jnp.zeros((1, 6), bias.dtype)], 0)
+    out = []
+    for g in groups:
+        Delta, w, wb = _group_rate_bias(mech, X, S, bias_ext, g, v)
+        out.append(_rows_bias(mech, g, Delta, w, wb).reshape(-1))
+    nc = len(mech.topo.coupling_names)
+    if coup and nc:
+        names = None if loops is None else ([loops] if isinstance(loops, str) else list(loops))
+        out.append(jnp.zeros(sum(names is None or n in names for n in mech.topo.coupling_names), q.dtype))
+    return jnp.concatenate(out) if out else jnp.zeros(0, q.dtype)
+
+
+def closure_bias_autodiff(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, loops=None) -> jnp.ndarray:
+    """Reference curvature: ``jax.jvp`` of ``C(q (+) v t) v`` at t = 0. Shape (s,)."""
+
+    def Cv(t):
+        return closure_jacobian(mech, integrate(mech, q, v, t), loops) @ v
+
+    return jax.jvp(Cv, (jnp.zeros((), q.dtype),), (jnp.ones((), q.dtype),))[1]
