@@ -45,6 +45,22 @@ Layout (every table checked for unknown keys, so a typo fails with file, element
     type = "distance"             # or "joint" with joint = "...", index = 0
     a = "boom_cyl_base"
     b = "boom_cyl_rod"
+
+Side-car form: a TOML may start from a robot file and add what that format cannot say (loop
+closures, couplings, named frames, actuation)::
+
+    urdf = "example-robot-data:panda_description/urdf/panda.urdf"   # or sdf / mjcf / cmg
+    floating = false              # URDF only: free joint world -> root link
+    actuated = ["panda_joint1"]   # mark joints actuated
+    [[frame]]                     # a named frame on an existing body
+    name = "tool"
+    body = "panda_hand"
+    xyz = [0, 0, 0.1034]
+    # ... plus any [[body]] / [[joint]] / [[constraint]] / [[coupling]] / [[port]] tables
+
+A robot path is ``"package:relative/path"`` (a file installed by that Python distribution, found
+through ``importlib.metadata``; e.g. the ``example-robot-data`` robots), or a path relative to
+the TOML file.
 """
 
 from __future__ import annotations
@@ -56,7 +72,10 @@ import numpy as np
 
 from ..graph import Graph, ModelError, pose
 
-_TOP = {"name", "gravity", "body", "joint", "constraint", "coupling", "port", "description", "source", "root"}
+_TOP = {"name", "gravity", "body", "joint", "constraint", "coupling", "port", "description", "source", "root",
+        "urdf", "sdf", "mjcf", "cmg", "floating", "frame", "actuated"}
+_BASE = ("urdf", "sdf", "mjcf", "cmg")
+_FRAME_TABLE = {"name", "body", "xyz", "rpy", "quat"}
 _BODY = {"name", "mass", "com", "inertia", "frames"}
 _JOINT = {
     "name", "type", "parent", "child", "axis", "axis2", "parent_xyz", "parent_rpy", "parent_quat", "child_xyz",
@@ -87,10 +106,53 @@ def _pose_from(g: Graph, el: str, t: dict, prefix: str) -> np.ndarray:
         raise g.error(el, f"bad {prefix}xyz/{prefix}rpy/{prefix}quat ({xyz!r}, {rpy!r}, {quat!r}): {e}") from None
 
 
+def _base_graph(data: dict, source: str | None) -> Graph | None:
+    """The robot file a side-car TOML starts from (``urdf``/``sdf``/``mjcf``/``cmg`` key), or None."""
+    keys = [k for k in _BASE if k in data]
+    if not keys:
+        if "floating" in data:
+            raise ModelError(f"{source}: top level: 'floating' needs a 'urdf' robot file")
+        return None
+    if len(keys) > 1:
+        raise ModelError(f"{source}: top level: give one robot file, got {keys}")
+    from . import resolve_resource
+
+    key = keys[0]
+    base_dir = Path(source).parent if source else Path.cwd()
+    path = resolve_resource(data[key], base_dir, f"{source}: top level: {key}")
+    if key == "urdf":
+        from .urdf import read_urdf
+
+        return read_urdf(path, floating=bool(data.get("floating", False)))
+    if "floating" in data:
+        raise ModelError(f"{source}: top level: 'floating' applies to URDF files only")
+    if key == "sdf":
+        from .sdf import read_sdf
+
+        return read_sdf(path)
+    if key == "mjcf":
+        from .mjcf import read_mjcf
+
+        return read_mjcf(path)
+    from .cmg import read_cmg
+
+    return read_cmg(path)
+
+
 def graph_from_dict(data: dict, source: str | None = None) -> Graph:
-    """Build a :class:`Graph` from the parsed TOML document."""
-    g = Graph(name=str(data.get("name", Path(source).stem if source else "mechanism")), source=source)
-    _check_keys(g, "top level", data, _TOP)
+    """Build a :class:`Graph` from the parsed TOML document (a side-car starts from its robot file)."""
+    if not isinstance(data, dict):
+        raise ModelError(f"{source}: expected a TOML document")
+    bad = sorted(set(data) - _TOP)
+    if bad:
+        raise ModelError(f"{source}: top level: unknown key(s) {bad} (allowed: {', '.join(sorted(_TOP))})")
+    g = _base_graph(data, source)
+    if g is None:
+        g = Graph(name=str(data.get("name", Path(source).stem if source else "mechanism")), source=source)
+    else:
+        g.source = source
+        if "name" in data:
+            g.name = str(data["name"])
     if "gravity" in data:
         g.gravity = g._vec("top level", "gravity", data["gravity"], 3)
     for k, b in enumerate(data.get("body", [])):
@@ -117,6 +179,17 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
             actuated=j.get("actuated", False), cut=j.get("cut"), q0=j.get("q0"),
             armature=j.get("armature", 0.0), damping=j.get("damping", 0.0),
         )
+    for k, f in enumerate(data.get("frame", [])):
+        el = f"frame #{k + 1} '{f.get('name', '?') if isinstance(f, dict) else '?'}'"
+        _check_keys(g, el, f, _FRAME_TABLE)
+        for req in ("name", "body"):
+            if req not in f:
+                raise g.error(el, f"missing '{req}'")
+        g.add_frame(f["body"], f["name"], _pose_from(g, el, f, ""))
+    for jn in data.get("actuated", []):
+        if jn not in g.joints:
+            raise g.error("top level: actuated", f"unknown joint '{jn}'")
+        g.joints[jn].actuated = True
     for k, c in enumerate(data.get("constraint", [])):
         el = f"constraint #{k + 1} '{c.get('name', '?') if isinstance(c, dict) else '?'}'"
         _check_keys(g, el, c, _CONS)
