@@ -5,7 +5,8 @@ residuals with analytic Jacobians, assembly, velocity/acceleration reduction, ac
 and constrained dynamics. See DESIGN.md for conventions (angular-first twists, wxyz quaternions).
 """
 
-from . import lie
+from . import lie, rank
+from .assembly import STATUS_MESSAGES, AssemblyError, AssemblyResult, assemble
 from .closure import (
     check_jacobian,
     closure_jacobian,
@@ -30,6 +31,11 @@ from .kinematics import (
 from .mechanism import Mechanism
 
 __all__ = [
+    "STATUS_MESSAGES",
+    "AssemblyError",
+    "AssemblyResult",
+    "assemble",
+    "rank",
     "Graph",
     "Mechanism",
     "ModelError",

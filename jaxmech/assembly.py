@@ -1,0 +1,572 @@
+"""Assembly: closure-consistent configurations from rough guesses (paper 001 §2.3-§3).
+
+``assemble(mech, q_guess, active=None)`` holds the *active* coordinates (default: the actuated
+joints) and coordinates that no closure row involves at their given values and solves the
+closure for the *passive* ones:
+
+1. **Defect homotopy** (paper 001 eqs. (29)-(37)). For every closure element the initial
+   mismatch ``Delta0 = inv(T+) T-`` at the guess gives ``rho0 = Log(Delta0)``; the defect
+   ``D(lam) = Exp((1 - lam) rho0)`` is appended to the minus path, so the defected mismatch
+   ``Delta~ = Delta(q) D(lam)^-1`` is the identity at the guess for ``lam = 0`` and the physical
+   mismatch at ``lam = 1``. Every row type (point, revolute, weld, ...) is then evaluated on
+   ``Delta~`` exactly as on ``Delta``; because ``D`` is constant in q the rate
+   ``dDelta~ Delta~^-1 = dDelta Delta^-1`` is unchanged, so the Jacobian rows use the same
+   path derivatives (eq. (38)). Linear couplings use the equivalent vector-space defect
+   ``c(q) - (1 - lam) c(q_guess)``. We implement this group-level form (not the simpler
+   residual-space defect ``r(q) - (1 - lam) r(q_guess)``) because at ``lam = 0`` its Jacobian
+   is that of an exactly closed (artificial) mechanism, so rank and row selection at the start
+   see the rank structure of closed configurations (redundant rows stay redundant), as in the
+   paper.
+2. **Row selection**: the acquisition selector ``S0`` (pivoted QR of the defected passive block
+   transposed, :func:`jaxmech.rank.select_rows`) is computed at the guess and held fixed for the
+   whole run (eq. (40)).
+3. **Corrector** at fixed ``lam``: damped Gauss-Newton (Levenberg-Marquardt damping update,
+   eq. (46)) on the selected rows, passive coordinates only, steps in velocity coordinates applied
+   with :func:`jaxmech.integrate` (quaternions stay unit), passive bounds ``mech.lower/upper``
+   enforced by clipping, step length capped.
+4. **Continuation**: adaptive ``lam`` increments, a trial point is accepted when the corrector
+   converged, the *complete* raw defected residual is small and the selected passive block's
+   reciprocal condition is above ``rcond_min``; otherwise the increment is halved; below
+   ``dlam_min`` the run stops with ``STEP_TOO_SMALL``.
+5. At the physical solution the rank and the physical selector are recomputed (§2.3): the
+   result carries the rank, the selected rows and their reciprocal condition.
+
+Everything is one flattened ``lax.while_loop`` (one residual+Jacobian evaluation per iteration),
+so ``jax.jit(jax.vmap(...))`` over many guesses costs the slowest state's iteration count and a
+failed state never poisons the others. Gradients of the returned ``q`` with respect to the
+active coordinates in ``q_guess`` and to the model parameters come from the implicit function
+theorem (``jax.custom_jvp``), not from the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import partial
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import lie
+from .closure import _group_terms, _rows, closure_residual, closure_residual_and_jacobian
+from .kinematics import difference, integrate, joint_columns, joint_values, local_transforms_ext
+from .mechanism import Mechanism
+from .rank import numerical_rank, rcond, select_rows
+
+# ----------------------------------------------------------------------------- statuses
+
+CONVERGED = 0
+MAX_ITERATIONS = 1
+SINGULAR = 2
+OUT_OF_BOUNDS = 3
+STEP_TOO_SMALL = 4
+NONFINITE_INPUT = 5
+OVERDETERMINED = 6
+UNDERDETERMINED = 7
+
+STATUS_MESSAGES = (
+    "converged",
+    "maximum number of iterations reached",
+    "singular: the selected passive block is rank deficient or ill-conditioned (rcond < rcond_min)",
+    "out of bounds: the solution is blocked by a joint limit (or an active coordinate is outside its limits)",
+    "homotopy step too small: continuation could not advance (target unreachable from this guess?)",
+    "non-finite input: the guess (or active values) contains NaN/inf; returned q0",
+    "over-determined active set: the closure restricts the active coordinates (rank > passive count)",
+    "under-determined active set: too few active coordinates to fix the passive ones (rank < passive count)",
+)
+
+
+class AssemblyError(RuntimeError):
+    """Raised by ``assemble(..., throw=True)`` when a state did not converge."""
+
+
+@dataclass(frozen=True)
+class AssemblyOptions:
+    """Static solver options (hashable; pass as keyword arguments to :func:`assemble`).
+
+    ``tol``: max-abs selected residual at ``lam = 1`` (residual units: m, rad);
+    ``tol_mid``: the same at intermediate ``lam``; ``raw_tol`` / ``raw_tol_mid``: acceptance on the
+    complete raw (defected) residual; ``rcond_min``: acceptance on the selected passive block and
+    the ``singular`` threshold at the solution; ``rank_rtol``: relative SVD rank tolerance;
+    ``max_iter``: total corrector iterations; ``max_inner``: per homotopy point; ``dlam0`` /
+    ``dlam_min``: initial / minimum homotopy increment; ``max_step``: cap on the max-abs passive
+    step (rad, m) per iteration; ``mu0`` / ``mu_max``: initial / give-up LM damping (relative to
+    the largest diagonal entry of ``J^T J``)."""
+
+    tol: float = 1e-13
+    tol_mid: float = 1e-8
+    raw_tol: float = 1e-9
+    raw_tol_mid: float = 1e-5
+    rcond_min: float = 1e-8
+    rank_rtol: float = 1e-9
+    max_iter: int = 200
+    max_inner: int = 25
+    dlam0: float = 0.5
+    dlam_min: float = 1e-3
+    max_step: float = 0.5
+    mu0: float = 1e-6
+    mu_max: float = 1e8
+
+
+def make_options(**kw) -> AssemblyOptions:
+    names = {f.name for f in fields(AssemblyOptions)}
+    bad = sorted(set(kw) - names)
+    if bad:
+        raise TypeError(f"unknown assembly options {bad} (known: {', '.join(sorted(names))})")
+    return AssemblyOptions(**kw)
+
+
+class AssemblyResult(eqx.Module):
+    """Result of :func:`assemble` (leading batch axes when vmapped).
+
+    ``q`` (nq,) assembled configuration (never NaN: on failure the last accepted finite iterate,
+    ``mech.q0`` for non-finite input); ``status`` int (see :data:`STATUS_MESSAGES`);
+    ``residual`` max-abs complete raw closure residual at ``q``; ``iterations`` corrector
+    iterations; ``rank`` numerical rank of the closure Jacobian at ``q``; ``rcond`` reciprocal
+    condition of the selected passive block at ``q``; ``rows`` (n_p,) physically selected rows;
+    ``lam`` the homotopy parameter reached."""
+
+    q: jnp.ndarray
+    status: jnp.ndarray
+    residual: jnp.ndarray
+    iterations: jnp.ndarray
+    rank: jnp.ndarray
+    rcond: jnp.ndarray
+    rows: jnp.ndarray
+    lam: jnp.ndarray
+
+    @property
+    def success(self) -> jnp.ndarray:
+        return self.status == CONVERGED
+
+    def message(self):
+        """The status message (a list of messages for a batch)."""
+        s = np.asarray(self.status)
+        if s.ndim == 0:
+            return STATUS_MESSAGES[int(s)]
+        return [STATUS_MESSAGES[int(k)] for k in s.ravel()]
+
+
+# ----------------------------------------------------------------------------- partition
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Static split of the velocity coordinates: ``active`` (held, prescribed), ``passive``
+    (solved), ``held`` (in no closure row: kept as given). numpy index arrays into v; ``p_lin_q``
+    / ``p_lin_v``: q / v indices of passive 1-dof coordinates (for bounds)."""
+
+    active: tuple
+    passive: tuple
+    held: tuple
+    p_lin_q: tuple
+    p_lin_v: tuple
+    a_lin_q: tuple
+
+
+def involved_coordinates(mech: Mechanism) -> np.ndarray:
+    """Velocity indices that appear in some closure row (structurally nonzero columns of C).
+
+    Couplings contribute their nonzero coefficients when ``mech.coupling_q`` is concrete, all
+    1-dof coordinates otherwise (a traced model under ``jit``)."""
+    used = np.zeros(mech.nv, bool)
+    for g in mech.topo.groups:
+        used[g.dof_v[g.dof_sign != 0]] = True
+    t = mech.topo
+    if t.coupling_names:
+        try:
+            cq = np.asarray(mech.coupling_q)
+            lin = np.abs(cq[:, t.lin_q]).sum(0) > 0
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+            lin = np.ones(t.lin_q.size, bool)
+        used[t.lin_v[lin]] = True
+    return np.nonzero(used)[0]
+
+
+def partition(mech: Mechanism, active=None) -> Partition:
+    """Resolve an ``active`` spec (None: actuated joints; joint names, ``'joint:k'`` for one
+    coordinate, or integer v indices) into a static :class:`Partition`."""
+    if active is None:
+        a = np.asarray(mech.topo.actuated_v, dtype=int)
+    else:
+        spec = [active] if isinstance(active, (str, int, np.integer)) else list(active)
+        try:
+            a = mech.v_indices(spec)
+        except (KeyError, IndexError) as e:
+            raise ValueError(f"{mech.name}: bad active coordinate in {spec!r}: {e}") from None
+    a = np.asarray(a, dtype=int).reshape(-1)
+    if a.size and (a.min() < 0 or a.max() >= mech.nv):
+        raise ValueError(f"{mech.name}: active velocity index out of range 0..{mech.nv - 1}: {a.tolist()}")
+    if len(set(a.tolist())) != a.size:
+        raise ValueError(f"{mech.name}: active coordinates listed twice: {a.tolist()}")
+    inv = involved_coordinates(mech)
+    passive = np.array([i for i in inv if i not in set(a.tolist())], dtype=int)
+    held = np.array([i for i in range(mech.nv) if i not in set(a.tolist()) and i not in set(passive.tolist())], int)
+    t = mech.topo
+    v2q = {int(v): int(q) for v, q in zip(t.lin_v, t.lin_q, strict=True)}
+    p_lin_v = [int(i) for i in passive if int(i) in v2q]
+    return Partition(
+        tuple(a.tolist()),
+        tuple(passive.tolist()),
+        tuple(held.tolist()),
+        tuple(v2q[i] for i in p_lin_v),
+        tuple(p_lin_v),
+        tuple(v2q[int(i)] for i in a if int(i) in v2q),
+    )
+
+
+# ----------------------------------------------------------------------------- defected closure
+
+
+class Defect(NamedTuple):
+    """Per-group initial closure logs ``rho0`` ((n_g, 6) each) and coupling values at the guess."""
+
+    rho0: tuple
+    c0: jnp.ndarray
+
+
+def defect_at(mech: Mechanism, q0: jnp.ndarray) -> Defect:
+    """The defect data of paper 001 eq. (30): ``rho0 = Log(Delta0)`` per closure element."""
+    X = local_transforms_ext(mech, q0)
+    S = jnp.zeros((X.shape[0] - 1, 6, 9), q0.dtype)
+    rho0 = tuple(lie.se3_log(_group_terms(mech, X, S, g)[0]) for g in mech.topo.groups)
+    c0 = mech.coupling_q @ q0 + mech.coupling_offset
+    return Defect(rho0, c0)
+
+
+def defected_residual_and_jacobian(mech: Mechanism, q: jnp.ndarray, lam, defect: Defect):
+    """Raw defected residual (s,) and Jacobian (s, nv) (paper 001 eqs. (34)-(39)):
+    rows of ``Delta(q) Exp((1 - lam) rho0)^-1``; ``lam = 1`` gives the physical closure."""
+    X = local_transforms_ext(mech, q)
+    _, _, th1, th2, d = joint_values(mech, q)
+    S = joint_columns(mech, th1, th2, d)
+    res, jacs = [], []
+    for g, rho0 in zip(mech.topo.groups, defect.rho0, strict=True):
+        Delta, W = _group_terms(mech, X, S, g)
+        Dinv = lie.se3_exp(-(1.0 - lam) * rho0)
+        r, j = _rows(mech, g, Delta @ Dinv, W, True)
+        n, nr, m = j.shape
+        rows = np.arange(n * nr).reshape(n, nr)
+        block = jnp.zeros((n * nr, mech.nv), q.dtype)
+        block = block.at[rows[:, :, None], np.broadcast_to(g.dof_v[:, None, :], (n, nr, m))].add(j)
+        res.append(r.reshape(-1))
+        jacs.append(block)
+    t = mech.topo
+    if t.coupling_names:
+        res.append(mech.coupling_q @ q + mech.coupling_offset - (1.0 - lam) * defect.c0)
+        jacs.append(
+            jnp.zeros((len(t.coupling_names), mech.nv), q.dtype).at[:, t.lin_v].set(mech.coupling_q[:, t.lin_q])
+        )
+    if not res:
+        return jnp.zeros(0, q.dtype), jnp.zeros((0, mech.nv), q.dtype)
+    return jnp.concatenate(res), jnp.concatenate(jacs, 0)
+
+
+# ----------------------------------------------------------------------------- corrector loop
+
+
+class _State(NamedTuple):
+    q: jnp.ndarray  # current trial iterate (at lam trial)
+    q_acc: jnp.ndarray  # last accepted homotopy point
+    lam_acc: jnp.ndarray
+    dlam: jnp.ndarray
+    mu: jnp.ndarray
+    q_good: jnp.ndarray  # best corrector iterate at this lam
+    f_good: jnp.ndarray
+    J_good: jnp.ndarray
+    fn_good: jnp.ndarray
+    rc_good: jnp.ndarray
+    raw_good: jnp.ndarray
+    fresh: jnp.ndarray  # first evaluation at this lam trial
+    inner: jnp.ndarray
+    it: jnp.ndarray
+    finished: jnp.ndarray
+    too_small: jnp.ndarray
+
+
+def _tols(opts: AssemblyOptions, dtype):
+    eps = float(jnp.finfo(dtype).eps)
+    return (
+        max(opts.tol, 50 * eps),
+        max(opts.tol_mid, 50 * eps),
+        max(opts.raw_tol, 1000 * eps),
+        max(opts.raw_tol_mid, 1000 * eps),
+    )
+
+
+def _step(mech, part: Partition, q, dvp, opts):
+    """Apply a passive velocity-space step (capped) and clip passive 1-dof coordinates to bounds."""
+    p = np.asarray(part.passive, int)
+    m = jnp.max(jnp.abs(dvp)) if dvp.size else jnp.zeros((), q.dtype)
+    dvp = dvp * jnp.minimum(1.0, opts.max_step / jnp.maximum(m, 1e-300))
+    qn = integrate(mech, q, jnp.zeros(mech.nv, q.dtype).at[p].set(dvp))
+    if part.p_lin_q:
+        iq = np.asarray(part.p_lin_q, int)
+        qn = qn.at[iq].set(jnp.clip(qn[iq], mech.lower[iq], mech.upper[iq]))
+    return qn
+
+
+def _lm_step(J, f, mu):
+    """Levenberg-Marquardt step ``(J^T J + mu s I) d = -J^T f`` (s = max diag of J^T J)."""
+    A = J.T @ J
+    s = jnp.maximum(jnp.max(jnp.diag(A)), jnp.finfo(J.dtype).tiny)
+    d = jnp.linalg.solve(A + mu * s * jnp.eye(A.shape[0], dtype=A.dtype), -J.T @ f)
+    return jnp.where(jnp.all(jnp.isfinite(d)), d, 0.0), jnp.all(jnp.isfinite(d))
+
+
+def _homotopy(mech, part: Partition, q_init, defect: Defect, sel, lam0, dlam0, done0, opts: AssemblyOptions):
+    """The flattened continuation + corrector loop; returns the final :class:`_State`."""
+    p = np.asarray(part.passive, int)
+    n_p = p.size
+    dt = q_init.dtype
+    tol, tol_mid, raw_tol, raw_tol_mid = _tols(opts, dt)
+
+    def evaluate(q, lam):
+        r, J = defected_residual_and_jacobian(mech, q, lam, defect)
+        return r, J[sel][:, p]
+
+    def body(s: _State) -> _State:
+        lam = jnp.minimum(s.lam_acc + s.dlam, 1.0)
+        r, Jp = evaluate(s.q, lam)
+        f = r[sel]
+        fn = jnp.sum(f * f)
+        finite = jnp.all(jnp.isfinite(r)) & jnp.all(jnp.isfinite(Jp))
+        improved = finite & (s.fresh | (fn < s.fn_good))
+        rc = rcond(Jp)
+        raw = jnp.max(jnp.abs(r))
+        q_good = jnp.where(improved, s.q, s.q_good)
+        f_good = jnp.where(improved, f, s.f_good)
+        J_good = jnp.where(improved, Jp, s.J_good)
+        fn_good = jnp.where(improved, fn, s.fn_good)
+        rc_good = jnp.where(improved, rc, s.rc_good)
+        raw_good = jnp.where(improved, raw, s.raw_good)
+        is_one = lam >= 1.0
+        tl = jnp.where(is_one, tol, tol_mid)
+        fmax_good = jnp.sqrt(fn_good)  # 2-norm >= max-abs
+        conv = (improved & (jnp.max(jnp.abs(f)) <= tl)) | (~improved & is_one & (fmax_good <= 100 * tl) & (s.mu > 1.0))
+        if n_p == 0:
+            conv = finite
+        raw_ok = raw_good <= jnp.where(is_one, raw_tol, raw_tol_mid)
+        accept = conv & raw_ok & (rc_good >= opts.rcond_min)
+        mu = jnp.where(improved, jnp.where(s.fresh, s.mu, jnp.maximum(s.mu * 0.1, 1e-15)), s.mu * 10.0)
+        fail_inner = ~conv & ((s.inner + 1 >= opts.max_inner) | (mu > opts.mu_max))
+        reject = (conv & ~accept) | fail_inner
+        finished = accept & is_one
+        lam_acc = jnp.where(accept, lam, s.lam_acc)
+        q_acc = jnp.where(accept, q_good, s.q_acc)
+        grow = jnp.where(s.inner <= 4, 2.0, 1.0)
+        dlam = jnp.where(accept, jnp.minimum(s.dlam * grow, 1.0 - lam_acc), jnp.where(reject, 0.5 * s.dlam, s.dlam))
+        too_small = reject & (dlam < opts.dlam_min)
+        d, _ = _lm_step(J_good, f_good, mu) if n_p else (jnp.zeros(0, dt), True)
+        q_next = jnp.where(accept | reject, q_acc, _step(mech, part, q_good, d, opts))
+        new = accept | reject
+        return _State(
+            q_next,
+            q_acc,
+            lam_acc,
+            dlam,
+            jnp.where(new, opts.mu0, mu),
+            q_good,
+            f_good,
+            J_good,
+            jnp.where(new, jnp.inf, fn_good),
+            rc_good,
+            raw_good,
+            new,
+            jnp.where(new, 0, s.inner + 1),
+            s.it + 1,
+            s.finished | finished,
+            too_small,
+        )
+
+    def cond(s: _State):
+        return ~(s.finished | s.too_small) & (s.it < opts.max_iter)
+
+    z = jnp.zeros((), dt)
+    s0 = _State(
+        q_init,
+        q_init,
+        jnp.asarray(lam0, dt),
+        jnp.asarray(dlam0, dt),
+        jnp.asarray(opts.mu0, dt),
+        q_init,
+        jnp.zeros(n_p, dt),
+        jnp.zeros((n_p, n_p), dt),
+        jnp.asarray(jnp.inf, dt),
+        z + 1.0,
+        jnp.asarray(jnp.inf, dt),
+        jnp.asarray(True),
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((), jnp.int32),
+        jnp.asarray(False),
+        jnp.asarray(done0),
+    )
+    return jax.lax.while_loop(cond, body, s0)
+
+
+# ----------------------------------------------------------------------------- implicit gradients
+
+
+def _passive_q_mask(mech: Mechanism, part: Partition) -> np.ndarray:
+    """Static (nq,) mask: q entries of joints that own a passive coordinate."""
+    t = mech.topo
+    mask = np.zeros(mech.nq, bool)
+    pset = set(part.passive)
+    for n in t.joint_names:
+        vs, qs = mech.v_slice(n), mech.q_slice(n)
+        if any(i in pset for i in range(vs.start, vs.stop)):
+            mask[qs] = True
+    return mask
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _attach(part: Partition, mech: Mechanism, q_in, q_star, rows, ok):
+    """Identity on ``q_star``; its JVP is the implicit-function-theorem derivative (paper 001
+    eqs. (52)-(55)): ``dv_p = -R_p^-1 (R_a dv_a + d rho/d theta . dtheta)`` on the selected rows."""
+    del part, mech, q_in, rows, ok
+    return q_star
+
+
+@_attach.defjvp
+def _attach_jvp(part: Partition, primals, tangents):
+    mech, q_in, q_star, rows, ok = primals
+    dmech, dq_in = tangents[0], tangents[1]
+    p = np.asarray(part.passive, int)
+    keep_q = jnp.asarray(~_passive_q_mask(mech, part), q_star.dtype)
+    dv_known = jax.jvp(lambda x: difference(mech, q_star, x), (q_star,), (dq_in * keep_q,))[1]
+    dv_known = dv_known.at[p].set(0.0)
+    if p.size and mech.n_rows:
+        r_theta = jax.jvp(lambda m: closure_residual(m, q_star), (mech,), (dmech,))[1]
+        _, C = closure_residual_and_jacobian(mech, q_star)
+        Rp = C[rows][:, p]
+        rhs = (C @ dv_known + r_theta)[rows]
+        dvp = -jnp.linalg.solve(Rp, rhs)
+        dvp = jnp.where(ok & jnp.all(jnp.isfinite(dvp)), dvp, 0.0)
+        dv = dv_known.at[p].set(dvp)
+    else:
+        dv = dv_known
+    dq = jax.jvp(lambda v: integrate(mech, q_star, v), (jnp.zeros(mech.nv, q_star.dtype),), (dv,))[1]
+    return q_star, dq
+
+
+# ----------------------------------------------------------------------------- public entry
+
+
+def _finish(mech, part, q_out, opts, pre_status, finished, too_small, rc_last, dtype):
+    """Physical checks at the returned q (§2.3 at the solution) and the status code."""
+    p = np.asarray(part.passive, int)
+    n_p = p.size
+    if mech.n_rows:
+        r, C = closure_residual_and_jacobian(mech, q_out)
+        rank = numerical_rank(C, opts.rank_rtol)
+        rows, rc = (
+            select_rows(C[:, p], n_p) if n_p <= mech.n_rows else (jnp.zeros(n_p, jnp.int32), jnp.zeros((), dtype))
+        )
+        residual = jnp.max(jnp.abs(r))
+    else:
+        rank, rows, rc, residual = (
+            jnp.zeros((), jnp.int32),
+            jnp.zeros(n_p, jnp.int32),
+            jnp.ones((), dtype),
+            jnp.zeros((), dtype),
+        )
+    if part.p_lin_q:
+        iq = np.asarray(part.p_lin_q, int)
+        span = 1e-9 * (1.0 + jnp.abs(q_out[iq]))
+        at_bound = jnp.any((q_out[iq] <= mech.lower[iq] + span) | (q_out[iq] >= mech.upper[iq] - span))
+    else:
+        at_bound = jnp.asarray(False)
+    ok_status = jnp.where(rank > n_p, OVERDETERMINED, jnp.where(rc >= opts.rcond_min, CONVERGED, SINGULAR))
+    fail_status = jnp.where(
+        jnp.minimum(rc_last, rc) < opts.rcond_min,
+        SINGULAR,
+        jnp.where(at_bound, OUT_OF_BOUNDS, jnp.where(too_small, STEP_TOO_SMALL, MAX_ITERATIONS)),
+    )
+    status = jnp.where(pre_status >= 0, pre_status, jnp.where(finished, ok_status, fail_status)).astype(jnp.int32)
+    return status, residual, rank, rc, rows
+
+
+def _prechecks(mech, part, q_in, finite_in, J0, opts):
+    """Status before any iteration (-1: none): non-finite input, active out of bounds,
+    over-/under-determined active set, singular start (paper 001 eq. (39))."""
+    p = np.asarray(part.passive, int)
+    n_p = p.size
+    pre = jnp.asarray(-1, jnp.int32)
+    if mech.n_rows:
+        r0 = numerical_rank(J0, opts.rank_rtol)
+        rp0 = numerical_rank(J0[:, p], opts.rank_rtol) if n_p else jnp.zeros((), jnp.int32)
+        pre = jnp.where(rp0 < n_p, jnp.where(r0 < n_p, UNDERDETERMINED, SINGULAR), pre)
+        pre = jnp.where(r0 > n_p, OVERDETERMINED, pre)
+    if part.a_lin_q:
+        ia = np.asarray(part.a_lin_q, int)
+        oob = jnp.any((q_in[ia] < mech.lower[ia]) | (q_in[ia] > mech.upper[ia]))
+        pre = jnp.where(oob, OUT_OF_BOUNDS, pre)
+    return jnp.where(finite_in, pre, NONFINITE_INPUT).astype(jnp.int32)
+
+
+def _assemble_impl(mech: Mechanism, q_guess, part: Partition, opts: AssemblyOptions) -> AssemblyResult:
+    from .kinematics import normalize
+
+    m = jax.lax.stop_gradient(mech)
+    dt = jnp.result_type(q_guess.dtype, mech.q0.dtype)
+    q_g = jax.lax.stop_gradient(q_guess).astype(dt)
+    finite_in = jnp.all(jnp.isfinite(q_g))
+    q_in = normalize(m, jnp.where(finite_in, q_g, m.q0.astype(dt)))
+    p = np.asarray(part.passive, int)
+    n_p = p.size
+    if n_p > mech.n_rows:  # statically under-determined: more unknowns than closure rows
+        status = jnp.where(finite_in, UNDERDETERMINED, NONFINITE_INPUT).astype(jnp.int32)
+        status, residual, rank, rc, rows = _finish(m, part, q_in, opts, status, False, False, jnp.ones((), dt), dt)
+        return AssemblyResult(q_in, status, residual, jnp.zeros((), jnp.int32), rank, rc, rows, jnp.zeros((), dt))
+    defect = defect_at(m, q_in)
+    _, J0 = defected_residual_and_jacobian(m, q_in, 0.0, defect)
+    pre = _prechecks(m, part, q_in, finite_in, J0, opts)
+    sel0, _ = select_rows(J0[:, p], n_p)
+    st = _homotopy(m, part, q_in, defect, sel0, 0.0, opts.dlam0, pre >= 0, opts)
+    q_out = jnp.where(st.finished, st.q_acc, st.q_good)
+    status, residual, rank, rc, rows = _finish(m, part, q_out, opts, pre, st.finished, st.too_small, st.rc_good, dt)
+    q = _attach(part, mech, q_guess.astype(dt), jax.lax.stop_gradient(q_out), rows, status == CONVERGED)
+    lam = jnp.where(st.finished, 1.0, st.lam_acc)
+    return AssemblyResult(q, status, residual, st.it, rank, rc, rows, lam)
+
+
+def _raise_if_failed(res: AssemblyResult, what: str) -> AssemblyResult:
+    if isinstance(res.status, jax.core.Tracer):
+        return eqx.error_if(res, res.status != CONVERGED, f"{what} failed (see result.status / STATUS_MESSAGES)")
+    s = np.asarray(res.status).ravel()
+    bad = np.nonzero(s != CONVERGED)[0]
+    if bad.size:
+        msgs = sorted({STATUS_MESSAGES[int(s[i])] for i in bad})
+        raise AssemblyError(f"{what}: {bad.size} of {s.size} states failed: " + "; ".join(msgs))
+    return res
+
+
+def assemble(mech: Mechanism, q_guess, active=None, *, throw: bool = False, **options) -> AssemblyResult:
+    """Assemble one configuration: hold the active coordinates at their values in ``q_guess``,
+    solve the closure for the passive ones by defect homotopy (paper 001 §3).
+
+    Args:
+      mech: compiled mechanism.
+      q_guess: (nq,) rough guess; its active entries are the prescribed active values.
+      active: None (the actuated joints, ``mech.topo.actuated_v``), joint names (``'joint:k'`` for
+        one coordinate of a multi-dof joint) or integer velocity indices. Static.
+      throw: raise :class:`AssemblyError` if the state did not converge.
+      **options: static :class:`AssemblyOptions` fields (``tol``, ``max_iter``, ``rcond_min``, ...).
+
+    Returns:
+      :class:`AssemblyResult` with ``q`` (nq,), ``status``, ``residual``, ``iterations``,
+      ``rank``, ``rcond``, ``rows``, ``lam``. Batch with
+      ``jax.jit(jax.vmap(lambda q: assemble(mech, q)))``. ``q`` is differentiable with respect
+      to ``q_guess``'s active entries and to ``mech``'s array leaves (implicit function theorem).
+    """
+    opts = make_options(**options)
+    part = partition(mech, active)
+    q_guess = jnp.asarray(q_guess)
+    if q_guess.shape != (mech.nq,):
+        raise ValueError(f"{mech.name}: q_guess must have shape ({mech.nq},), got {q_guess.shape} (vmap for batches)")
+    if not jnp.issubdtype(q_guess.dtype, jnp.floating):
+        q_guess = q_guess.astype(mech.q0.dtype)
+    res = _assemble_impl(mech, q_guess, part, opts)
+    return _raise_if_failed(res, f"{mech.name}: assembly") if throw else res
