@@ -19,6 +19,8 @@ from .compile import compile
 from .curvature import closure_bias, closure_bias_autodiff
 from .graph import Graph, ModelError, pose
 from .io import load, read_graph
+from .io.export import export_mjcf
+from .io.mujoco_convert import mujoco_qvel_to_v, v_to_mujoco_qvel
 from .kinematics import (
     difference,
     forward_kinematics,
@@ -49,14 +51,17 @@ __all__ = [
     "closure_rows",
     "compile",
     "difference",
+    "export_mjcf",
     "forward_kinematics",
     "frame_jacobian",
     "frame_pose",
     "integrate",
     "lie",
     "load",
+    "mujoco_qvel_to_v",
     "normalize",
     "pose",
     "random_configuration",
     "read_graph",
+    "v_to_mujoco_qvel",
 ]

@@ -1,0 +1,255 @@
+"""Export a compiled :class:`~jaxmech.Mechanism` to MJCF (:func:`export_mjcf`).
+
+The MJCF reproduces the spanning tree, the inertias, the joints, limits, armature and damping,
+named frames (as sites), actuators and the loop closures, placed at a reference configuration
+``q_ref`` (default ``mech.q0``): the XML body poses are the bodies' poses at ``q_ref`` and each
+hinge/slide gets ``ref = q_ref``, so MuJoCo's ``qpos0 == q_ref`` and a MuJoCo ``qpos`` means the
+same as our ``q`` (same order and size; free-joint ``qvel`` differs, see
+:mod:`jaxmech.io.mujoco_convert`). If ``q_ref`` is assembled, MuJoCo's reference configuration
+is closed.
+
+Joints: revolute -> hinge, prismatic -> slide, cylindrical -> hinge + slide on the same axis,
+universal -> two hinges in the same body (named ``<joint>__1``, ``<joint>__2``; MuJoCo composes
+them in order, which is our ``Rot(axis1, q1) Rot(axis2, q2)``), spherical -> ball (its reference
+is the identity quaternion: a ball's ``qpos`` is measured from the XML pose, so spherical
+coordinates of ``q_ref`` are reset to identity to keep the meaning of ``q``), free -> free joint
+(only at the root with identity joint frames, as every loader produces), fixed -> no joint.
+
+Loop closures (each cut joint / explicit constraint, sites ``<loop>__a`` / ``<loop>__b`` at its
+two frames):
+
+=============  ================================================================================
+point          ``<connect site1 site2>`` (exact, 3 rows)
+weld           ``<weld site1 site2>`` (exact, 6 rows)
+pose           weld if all 6 axes, connect if exactly the 3 translations, otherwise skipped
+revolute       two connects: the frame origins and the points 0.1 m along z (6 rows, rank 5);
+               ``revolute_cut="connect"``: one connect (planar loops)
+universal      connect only (approximate: the twist row "A.x orthogonal to B.y" is dropped)
+distance       spatial tendon between the two sites + tendon equality (length held)
+cylindrical,   skipped with a warning (no MuJoCo equality expresses them)
+prismatic
+coupling       joint equality (one or two joints; ``polycoef`` from the linear relation)
+=============  ================================================================================
+
+Actuators: a ``motor`` per joint port (its gear), a ``motor`` per actuated coordinate not already
+driven by a port, and a tendon ``motor`` per distance port.
+"""
+
+from __future__ import annotations
+
+import warnings
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+
+from ..graph import ModelError
+
+
+def _s(x) -> str:
+    return " ".join(f"{float(v):.17g}" for v in np.ravel(x))
+
+
+def _quat(R) -> np.ndarray:
+    from scipy.spatial.transform import Rotation
+
+    x, y, z, w = Rotation.from_matrix(np.asarray(R)).as_quat()
+    return np.array([w, x, y, z])
+
+
+def _rot(axis, angle) -> np.ndarray:
+    from scipy.spatial.transform import Rotation
+
+    return Rotation.from_rotvec(np.asarray(axis) * angle).as_matrix()
+
+
+def export_mjcf(
+    mech, path=None, q=None, revolute_span: float = 0.1, revolute_cut: str = "two_connects", comment: str | None = None
+) -> str:
+    """Write ``mech`` as MJCF (see the module doc) to ``path`` (if given); return the XML text.
+
+    ``q`` (nq,): the reference configuration (default ``mech.q0``); give an assembled one so
+    MuJoCo's ``qpos0`` is closed. ``revolute_span`` (m): distance between the two connect points
+    that stand in for a revolute cut. ``revolute_cut="connect"`` exports a revolute cut as a single
+    connect at its origin instead (exact for planar loops whose other joints keep the axes
+    parallel, e.g. a four-bar). ``comment``: text put at the top of the file."""
+    if revolute_cut not in ("two_connects", "connect"):
+        raise ValueError(f"revolute_cut must be 'two_connects' or 'connect', got {revolute_cut!r}")
+    from ..kinematics import local_transforms
+
+    t = mech.topo
+    nb = len(t.body_names)
+    qr = np.array(mech.q0 if q is None else q, dtype=float).reshape(t.nq)
+    for idx in t.sph_q:
+        qr[idx] = [1.0, 0, 0, 0]
+    X = np.array(local_transforms(mech, qr))
+    Xp, Xci = np.array(mech.X_parent), np.array(mech.X_child_inv)
+    ax1, ax2, axt = np.array(mech.axis1), np.array(mech.axis2), np.array(mech.axis_t)
+    lower, upper = np.array(mech.lower), np.array(mech.upper)
+    arm, damp = np.array(mech.armature), np.array(mech.damping)
+    mass, com, inertia = np.array(mech.mass), np.array(mech.com), np.array(mech.inertia)
+
+    root = ET.Element("mujoco", model=t.name)
+    if comment:
+        root.append(ET.Comment(f" {comment.strip()} "))
+    ET.SubElement(root, "compiler", angle="radian", autolimits="true")
+    ET.SubElement(root, "option", gravity=_s(mech.gravity))
+    world = ET.SubElement(root, "worldbody")
+    elems: dict[int, ET.Element] = {-1: world}
+    v_joint: dict[int, str] = {}  # velocity index -> MuJoCo joint name
+    q_joint: dict[int, str] = {}
+    for i in range(nb):
+        name, jt, jn = t.body_names[i], t.joint_types[i], t.joint_names[i]
+        parent = elems[int(t.parent[i])]
+        b = ET.SubElement(parent, "body", name=name, pos=_s(X[i][:3, 3]), quat=_s(_quat(X[i][:3, :3])))
+        elems[i] = b
+        if mass[i] > 0:
+            I = inertia[i]
+            ET.SubElement(
+                b,
+                "inertial",
+                pos=_s(com[i]),
+                mass=f"{mass[i]:.17g}",
+                fullinertia=_s([I[0, 0], I[1, 1], I[2, 2], I[0, 1], I[0, 2], I[1, 2]]),
+            )
+        C = np.linalg.inv(Xci[i])
+        qs, vs = int(t.q_start[i]), int(t.v_start[i])
+        subs = []  # (mj name, type, axis in body, q index)
+        if jt == "revolute":
+            subs = [(jn, "hinge", C[:3, :3] @ ax1[i], qs)]
+        elif jt == "prismatic":
+            subs = [(jn, "slide", C[:3, :3] @ axt[i], qs)]
+        elif jt == "cylindrical":
+            subs = [(f"{jn}__1", "hinge", C[:3, :3] @ ax1[i], qs), (f"{jn}__2", "slide", C[:3, :3] @ axt[i], qs + 1)]
+        elif jt == "universal":
+            b1 = _rot(ax2[i], qr[qs + 1]).T @ ax1[i]
+            subs = [(f"{jn}__1", "hinge", C[:3, :3] @ b1, qs), (f"{jn}__2", "hinge", C[:3, :3] @ ax2[i], qs + 1)]
+        elif jt == "spherical":
+            ET.SubElement(
+                b,
+                "joint",
+                name=jn,
+                type="ball",
+                pos=_s(C[:3, 3]),
+                armature=f"{arm[vs]:.17g}",
+                damping=f"{damp[vs]:.17g}",
+            )
+        elif jt == "free":
+            if t.parent[i] != -1 or not (np.allclose(Xp[i], np.eye(4)) and np.allclose(Xci[i], np.eye(4))):
+                raise ModelError(
+                    f"{t.name}: joint '{jn}': MuJoCo free joints must join the world to a root body "
+                    "with identity joint frames"
+                )
+            ET.SubElement(b, "freejoint", name=jn)
+        for k, (mjn, typ, axis, qi) in enumerate(subs):
+            attrs = dict(
+                name=mjn,
+                type=typ,
+                pos=_s(C[:3, 3]),
+                axis=_s(axis),
+                ref=f"{qr[qi]:.17g}",
+                armature=f"{arm[vs + k]:.17g}",
+                damping=f"{damp[vs + k]:.17g}",
+            )
+            if np.isfinite(lower[qi]) and np.isfinite(upper[qi]):
+                attrs["range"] = _s([lower[qi], upper[qi]])
+            elif np.isfinite(lower[qi]) or np.isfinite(upper[qi]):
+                warnings.warn(f"{t.name}: joint '{jn}': one-sided limit not exported", stacklevel=2)
+            ET.SubElement(b, "joint", **attrs)
+            v_joint[vs + k] = mjn
+            q_joint[qi] = mjn
+    # ------------------------------------------------------------------ frames -> sites
+    fpose = np.array(mech.frame_pose)
+    for k, f in enumerate(t.frame_names):
+        T = fpose[k]
+        ET.SubElement(elems[int(t.frame_body[k])], "site", name=f, pos=_s(T[:3, 3]), quat=_s(_quat(T[:3, :3])))
+    # ------------------------------------------------------------------ closures
+    eq = ET.Element("equality")
+    tendon = ET.Element("tendon")
+    Ta, Tb, lengths = np.array(mech.cut_pose_a), np.array(mech.cut_pose_b), np.array(mech.cut_length)
+    axes_of = {}
+    for gr in t.groups:
+        for nm in gr.names:
+            axes_of[nm] = gr.rows
+
+    def site(body, nm, T):
+        ET.SubElement(elems[int(body)], "site", name=nm, pos=_s(T[:3, 3]), quat=_s(_quat(T[:3, :3])))
+
+    for li, (nm, typ) in enumerate(zip(t.loop_names, t.loop_types, strict=True)):
+        a, b = t.loop_bodies[li]
+        A, B = Ta[li], Tb[li]
+        rows = tuple(int(r) for r in axes_of.get(nm, ()))
+        kind = "point" if (typ == "revolute" and revolute_cut == "connect") else typ
+        if typ == "pose":
+            kind = "weld" if rows == (0, 1, 2, 3, 4, 5) else "point" if rows == (3, 4, 5) else None
+        if kind in ("point", "weld", "universal"):
+            if kind == "universal":
+                warnings.warn(f"{t.name}: universal cut '{nm}' exported as a connect (twist row dropped)", stacklevel=2)
+            site(a, f"{nm}__a", A)
+            site(b, f"{nm}__b", B)
+            ET.SubElement(eq, "weld" if kind == "weld" else "connect", name=nm, site1=f"{nm}__a", site2=f"{nm}__b")
+        elif kind == "revolute":
+            off = np.eye(4)
+            off[2, 3] = revolute_span
+            for k, (TA, TB) in enumerate(((A, B), (A @ off, B @ off))):
+                site(a, f"{nm}__a{k}", TA)
+                site(b, f"{nm}__b{k}", TB)
+                ET.SubElement(eq, "connect", name=f"{nm}__{k}", site1=f"{nm}__a{k}", site2=f"{nm}__b{k}")
+        elif kind == "distance":
+            site(a, f"{nm}__a", A)
+            site(b, f"{nm}__b", B)
+            sp = ET.SubElement(tendon, "spatial", name=nm)
+            ET.SubElement(sp, "site", site=f"{nm}__a")
+            ET.SubElement(sp, "site", site=f"{nm}__b")
+            from ..kinematics import forward_kinematics
+
+            Tw = np.array(forward_kinematics(mech, qr))
+            pa = (Tw[a] if a >= 0 else np.eye(4)) @ A
+            pb = (Tw[b] if b >= 0 else np.eye(4)) @ B
+            L0 = np.linalg.norm(pb[:3, 3] - pa[:3, 3])
+            ET.SubElement(eq, "tendon", name=nm, tendon1=nm, polycoef=_s([lengths[li] - L0, 0, 0, 0, 0]))
+        else:
+            warnings.warn(f"{t.name}: {typ} closure '{nm}' has no MuJoCo equality; not exported", stacklevel=2)
+    cq, co = np.array(mech.coupling_q), np.array(mech.coupling_offset)
+    for k, nm in enumerate(t.coupling_names):
+        idx = np.nonzero(cq[k])[0]
+        if len(idx) not in (1, 2) or any(i not in q_joint for i in idx):
+            warnings.warn(f"{t.name}: coupling '{nm}' (over {len(idx)} coordinates) not exported", stacklevel=2)
+            continue
+        ia = idx[0]
+        ca = cq[k, ia]
+        if len(idx) == 1:
+            ET.SubElement(eq, "joint", name=nm, joint1=q_joint[ia], polycoef=_s([-co[k] / ca - qr[ia], 0, 0, 0, 0]))
+        else:
+            ib = idx[1]
+            c1 = -cq[k, ib] / ca
+            c0 = -co[k] / ca - qr[ia] + c1 * qr[ib]
+            ET.SubElement(eq, "joint", name=nm, joint1=q_joint[ia], joint2=q_joint[ib], polycoef=_s([c0, c1, 0, 0, 0]))
+    # ------------------------------------------------------------------ actuators
+    act = ET.Element("actuator")
+    driven = set()
+    for k, pn in enumerate(t.port_names):
+        gear = float(np.array(mech.port_gear)[k])
+        if t.port_types[k] == "joint":
+            vi = int(t.port_v[k])
+            if vi in v_joint:
+                ET.SubElement(act, "motor", name=pn, joint=v_joint[vi], gear=f"{gear:.17g}")
+                driven.add(vi)
+        else:
+            fa, fb = (int(x) for x in t.port_frames[k])
+            tn = f"{pn}__tendon"
+            sp = ET.SubElement(tendon, "spatial", name=tn)
+            ET.SubElement(sp, "site", site=t.frame_names[fa])
+            ET.SubElement(sp, "site", site=t.frame_names[fb])
+            ET.SubElement(act, "motor", name=pn, tendon=tn, gear=f"{gear:.17g}")
+    for vi in np.asarray(t.actuated_v, dtype=int):
+        if int(vi) in v_joint and int(vi) not in driven:
+            ET.SubElement(act, "motor", name=f"{v_joint[int(vi)]}__motor", joint=v_joint[int(vi)])
+    for el in (tendon, eq, act):
+        if len(el):
+            root.append(el)
+    ET.indent(root)
+    text = ET.tostring(root, encoding="unicode") + "\n"
+    if path is not None:
+        Path(path).write_text(text)
+    return text
