@@ -1,0 +1,283 @@
+"""Time stepping that keeps the closure: ``step`` / ``rollout`` (a ``lax.scan``).
+
+One step of the semi-implicit (symplectic) Euler scheme on the constrained dynamics::
+
+    a      = forward_dynamics(q, v, tau)            (projected or KKT, C a + gamma = 0)
+    v'     = v + dt a
+    q'     = q (+) v' dt                           (group exponential, ``jm.integrate``)
+    q'     <- Gauss-Newton projection onto rho(q) = 0  (fixed count, minimum-norm steps)
+    v'     <- M-orthogonal projection onto C(q') v = 0
+
+The two projections remove the O(dt^2) drift of the closure (position) and of ``C v`` (velocity),
+so the closure gap of long rollouts stays at round-off (``max |rho| ~ 1e-12 m`` in float64)
+instead of growing like ``t dt``. ``integrator="rk4"`` uses the classical Runge-Kutta stages in
+the exponential chart at q (exact chart for 1-D joints; second order in the rotation of free and
+spherical joints, where the dexp correction is ignored) followed by the same projections.
+
+Controls are actuator efforts ``f`` (nu,), mapped to generalized forces ``tau = B(q)^T f``
+(:func:`actuation_matrix`): port forces/torques through the port map P (virtual work
+``f^T p_dot = tau^T v``) when the mechanism declares ports, otherwise torques/forces of the
+actuated joint coordinates; ``actuation="generalized"`` passes tau (nv,) directly.
+
+Everything acts on ONE state; batch with ``jax.vmap`` (``rollout_batch`` does it for you).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .closure import closure_residual_and_jacobian
+from .kinematics import forward_kinematics, integrate
+from .mechanism import Mechanism
+
+
+class SimState(eqx.Module):
+    """Simulation state: configuration ``q`` (nq,) and velocity ``v`` (nv,) (body-frame twists
+    for free/spherical joints, see DESIGN.md). Batched states carry a leading batch axis."""
+
+    q: jnp.ndarray
+    v: jnp.ndarray
+
+
+class StepInfo(eqx.Module):
+    """Per-step diagnostics: ``closure_gap`` = max |rho(q')| after projection (m / rad),
+    ``velocity_gap`` = max |C(q') v'| (m/s), ``energy`` = kinetic + potential (J; 0 when not
+    requested)."""
+
+    closure_gap: jnp.ndarray
+    velocity_gap: jnp.ndarray
+    energy: jnp.ndarray
+
+
+# ----------------------------------------------------------------------------- actuation
+
+
+def control_size(mech: Mechanism, actuation: str = "auto") -> int:
+    """Number of actuator efforts ``nu`` a control vector has for this ``actuation`` mode."""
+    t = mech.topo
+    if actuation == "generalized":
+        return mech.nv
+    if actuation == "ports" or (actuation == "auto" and len(t.port_names)):
+        return len(t.port_names)
+    if actuation in ("joints", "auto"):
+        return int(np.asarray(t.actuated_v).size)
+    raise ValueError(f"actuation must be 'auto', 'ports', 'joints' or 'generalized', got {actuation!r}")
+
+
+def actuation_matrix(mech: Mechanism, q: jnp.ndarray, actuation: str = "auto") -> jnp.ndarray:
+    """``B(q)`` (nu, nv) with ``tau = B^T f``: the port map P (``jm.port_jacobian``) for
+    ``"ports"`` (default when ports exist), a selection of the actuated velocity coordinates for
+    ``"joints"``, the identity for ``"generalized"``."""
+    t = mech.topo
+    nu = control_size(mech, actuation)
+    if actuation == "generalized":
+        return jnp.eye(mech.nv, dtype=q.dtype)
+    if actuation == "ports" or (actuation == "auto" and len(t.port_names)):
+        from .reduction import port_jacobian
+
+        return port_jacobian(mech, q)
+    B = np.zeros((nu, mech.nv))
+    B[np.arange(nu), np.asarray(t.actuated_v, dtype=int)] = 1.0
+    return jnp.asarray(B, dtype=q.dtype)
+
+
+def generalized_force(mech: Mechanism, q: jnp.ndarray, control: jnp.ndarray, actuation: str = "auto") -> jnp.ndarray:
+    """``tau = B(q)^T f`` (nv,) from actuator efforts ``f`` (nu,) (N for distance/prismatic ports,
+    N m for revolute ones)."""
+    nu = control_size(mech, actuation)
+    control = jnp.asarray(control, q.dtype)
+    if control.shape != (nu,):
+        raise ValueError(
+            f"{mech.name}: control must have shape ({nu},) for actuation={actuation!r}, got {control.shape}"
+        )
+    if nu == 0:
+        return jnp.zeros(mech.nv, q.dtype)
+    return actuation_matrix(mech, q, actuation).T @ control
+
+
+# ----------------------------------------------------------------------------- energy
+
+
+def kinetic_energy(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray) -> jnp.ndarray:
+    """``0.5 v^T M(q) v`` (J), M from ``jm.crba`` (includes armature)."""
+    from .dynamics import crba
+
+    return 0.5 * v @ (crba(mech, q) @ v)
+
+
+def potential_energy(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
+    """Gravitational potential ``-sum_b m_b g . c_b`` (J), c_b the world COM of body b."""
+    T = forward_kinematics(mech, q)
+    c = jnp.einsum("bij,bj->bi", T[:, :3, :3], mech.com) + T[:, :3, 3]
+    return -jnp.sum(mech.mass * (c @ mech.gravity))
+
+
+def energy(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray) -> jnp.ndarray:
+    """Total mechanical energy (J): kinetic + gravitational potential."""
+    return kinetic_energy(mech, q, v) + potential_energy(mech, q)
+
+
+# ----------------------------------------------------------------------------- projections
+
+
+def _damping(A: jnp.ndarray) -> jnp.ndarray:
+    """Tiny Tikhonov term for the (possibly rank-deficient) row Gram matrices: 1e3 eps scale."""
+    scale = jnp.maximum(jnp.max(jnp.abs(jnp.diagonal(A))), 1.0) if A.size else 1.0
+    return 1e3 * jnp.finfo(A.dtype).eps * scale
+
+
+def project_position(mech: Mechanism, q: jnp.ndarray, iters: int = 3) -> jnp.ndarray:
+    """``iters`` minimum-norm Gauss-Newton steps ``q <- q (+) (-C^T (C C^T + mu I)^-1 rho)``
+    towards the closure manifold rho(q) = 0 (fixed count: no data-dependent control flow, so it
+    vmaps and differentiates). Quadratic convergence from the O(dt^2) drift of one time step."""
+    if mech.n_rows == 0:
+        return q
+
+    def body(q, _):
+        r, C = closure_residual_and_jacobian(mech, q)
+        G = C @ C.T
+        G = G + _damping(G) * jnp.eye(G.shape[0], dtype=G.dtype)
+        dq = -C.T @ jnp.linalg.solve(G, r)
+        return integrate(mech, q, dq), None
+
+    q, _ = jax.lax.scan(body, q, None, length=iters)
+    return q
+
+
+def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray, v: jnp.ndarray) -> jnp.ndarray:
+    """M-orthogonal projection of v onto ``C v = 0`` (the plastic-impulse projection: it removes
+    the constraint-violating velocity with the least kinetic-energy change),
+    ``v - M^-1 C^T (C M^-1 C^T + mu I)^-1 C v``."""
+    if C.shape[0] == 0:
+        return v
+    L = jnp.linalg.cholesky(M)
+    MiCt = jax.scipy.linalg.cho_solve((L, True), C.T)
+    G = C @ MiCt
+    G = G + _damping(G) * jnp.eye(G.shape[0], dtype=G.dtype)
+    return v - MiCt @ jnp.linalg.solve(G, C @ v)
+
+
+# ----------------------------------------------------------------------------- stepping
+
+
+def _accel(mech, q, v, tau, method):
+    from .dynamics import forward_dynamics
+
+    return forward_dynamics(mech, q, v, tau, method=method).a
+
+
+def step_with_info(
+    mech: Mechanism,
+    state: SimState,
+    control: jnp.ndarray,
+    dt,
+    *,
+    method: str = "projected",
+    integrator: str = "euler",
+    projection_iters: int = 3,
+    actuation: str = "auto",
+    with_energy: bool = False,
+) -> tuple[SimState, StepInfo]:
+    """One time step of length ``dt`` (s) with actuator efforts ``control`` (nu,), returning the
+    new :class:`SimState` and the :class:`StepInfo` diagnostics. See the module docstring."""
+    from .dynamics import crba
+
+    q, v = state.q, state.v
+    tau = generalized_force(mech, q, control, actuation)
+    if integrator == "euler":
+        a = _accel(mech, q, v, tau, method)
+        v1 = v + dt * a
+        q1 = integrate(mech, q, v1, dt)
+    elif integrator == "rk4":
+        # classical RK4 in the exponential chart at q; tau held over the step (zero-order hold)
+        def f(dq, vv):
+            qq = integrate(mech, q, dq)
+            return vv, _accel(mech, qq, vv, tau, method)
+
+        z = jnp.zeros_like(v)
+        k1 = f(z, v)
+        k2 = f(0.5 * dt * k1[0], v + 0.5 * dt * k1[1])
+        k3 = f(0.5 * dt * k2[0], v + 0.5 * dt * k2[1])
+        k4 = f(dt * k3[0], v + dt * k3[1])
+        dq = dt / 6.0 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
+        v1 = v + dt / 6.0 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+        q1 = integrate(mech, q, dq)
+    else:
+        raise ValueError(f"integrator must be 'euler' or 'rk4', got {integrator!r}")
+    q1 = project_position(mech, q1, projection_iters)
+    M = crba(mech, q)  # metric of the velocity projection (shared with the dynamics under jit)
+    if mech.n_rows:
+        r, C = closure_residual_and_jacobian(mech, q1)
+        v1 = project_velocity(mech, C, M, v1)
+        gap = jnp.max(jnp.abs(r))
+        vgap = jnp.max(jnp.abs(C @ v1))
+    else:
+        gap = vgap = jnp.zeros((), q.dtype)
+    e = energy(mech, q1, v1) if with_energy else jnp.zeros((), q.dtype)
+    return SimState(q1, v1), StepInfo(gap, vgap, e)
+
+
+def step(mech: Mechanism, state: SimState, control: jnp.ndarray, dt, **kwargs) -> SimState:
+    """One time step; ``step_with_info`` without the diagnostics. Keyword options as there."""
+    return step_with_info(mech, state, control, dt, **kwargs)[0]
+
+
+def rollout(
+    mech: Mechanism,
+    state: SimState,
+    controls,
+    dt,
+    n: int | None = None,
+    **kwargs,
+) -> tuple[SimState, StepInfo]:
+    """Simulate ``n`` steps with ``lax.scan``. ``controls``: efforts per step (n, nu), one
+    effort held constant (nu,), or a policy ``controls(state, k) -> (nu,)`` (pure, traceable).
+
+    Returns the trajectory of states after each step (leaves with a leading axis n) and the
+    per-step :class:`StepInfo`. Keyword options as :func:`step_with_info`. One state; batch
+    with ``jax.vmap(rollout, in_axes=(None, 0, 0, None, None))`` or :func:`rollout_batch`."""
+    if callable(controls):
+        if n is None:
+            raise ValueError("rollout: n is required with a policy")
+        policy = controls
+        xs = jnp.arange(n)
+    else:
+        controls = jnp.asarray(controls, state.q.dtype)
+        if controls.ndim == 1:
+            if n is None:
+                raise ValueError("rollout: n is required with a constant control")
+            controls = jnp.broadcast_to(controls, (n,) + controls.shape)
+        if n is not None and controls.shape[0] != n:
+            raise ValueError(f"rollout: controls have {controls.shape[0]} steps, n = {n}")
+        n = controls.shape[0]
+        policy = None
+        xs = controls
+
+    def body(s, x):
+        u = policy(s, x) if policy is not None else x
+        s1, info = step_with_info(mech, s, u, dt, **kwargs)
+        return s1, (s1, info)
+
+    _, (traj, infos) = jax.lax.scan(body, state, xs, length=n)
+    return traj, infos
+
+
+def rollout_batch(mech: Mechanism, states: SimState, controls, dt, n: int | None = None, **kwargs):
+    """:func:`rollout` vmapped over a batch of states (and of controls when they are an array
+    with a leading batch axis; a policy is shared)."""
+    if callable(controls):
+        return jax.vmap(lambda s: rollout(mech, s, controls, dt, n, **kwargs))(states)
+    return jax.vmap(lambda s, u: rollout(mech, s, u, dt, n, **kwargs))(states, controls)
+
+
+def make_rollout(mech: Mechanism, dt: float, n: int, batched: bool = True, **kwargs) -> Callable:
+    """A jitted ``f(states, controls) -> (trajectory, infos)`` with the options bound (the model
+    is closed over as a constant: fastest when it is not being fitted)."""
+    if batched:
+        return jax.jit(lambda s, u: rollout_batch(mech, s, u, dt, n, **kwargs))
+    return jax.jit(lambda s, u: rollout(mech, s, u, dt, n, **kwargs))
