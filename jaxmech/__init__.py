@@ -31,6 +31,18 @@ from .kinematics import (
     random_configuration,
 )
 from .mechanism import Mechanism
+from .reduction import (
+    TangentMap,
+    acceleration_lift,
+    port_effort,
+    port_jacobian,
+    port_tangent_map,
+    port_values,
+    tangent_map,
+    tangent_map_status,
+    task_jacobian,
+    tree_speed_lift,
+)
 
 __all__ = [
     "STATUS_MESSAGES",
@@ -64,4 +76,14 @@ __all__ = [
     "random_configuration",
     "read_graph",
     "v_to_mujoco_qvel",
+    "TangentMap",
+    "acceleration_lift",
+    "port_effort",
+    "port_jacobian",
+    "port_tangent_map",
+    "port_values",
+    "tangent_map",
+    "tangent_map_status",
+    "task_jacobian",
+    "tree_speed_lift",
 ]

@@ -1,0 +1,358 @@
+"""Velocity and acceleration reduction, task Jacobians and actuator port maps (paper 000).
+
+Notation (paper 000, Table II): ``C = D rho N`` (s, nv) the closure Jacobian (``d/dt rho = C v``),
+``r`` its rank, ``d = nv - r`` the mobility, ``u`` (d,) independent speeds and the lift
+``v = E u`` with ``C E = 0``; the curvature ``gamma = (d/dt C) v`` (:mod:`.curvature`) and the
+acceleration lift ``a = E udot + a_gamma`` with ``C a + gamma = 0``.
+
+Construction of ``E`` for independent coordinates ``I`` and dependent ``D``: pick ``|D|``
+independent rows of ``C_D = C[:, D]`` by column-pivoted QR (:func:`rank.select_rows`), solve
+``C_D[rows] v_D = -C_I[rows] u``, so ``E[I] = 1`` and ``E[D] = -C_D[rows]^-1 C_I[rows]``. If the
+named speeds do not parametrize the motion the selected block is singular (status
+``SINGULAR``) or the remaining rows are violated (status ``INCONSISTENT``); ``E`` then stays
+finite but is not a valid lift.
+
+Tree speeds: paper 000 lifts tree speeds ``v_T = E_T u`` out of an augmented configuration that
+also carries cut-joint coordinates. Our ``v`` *is* the tree speed vector (cut joints have no
+coordinates), so ``E_T = E``; :func:`tree_speed_lift` returns the rows of ``E`` for chosen tree
+joints (e.g. the actuated or base coordinates).
+
+Actuator ports: joint ports ``p = gear * q_j`` (``pdot = gear * v_j``) and distance ports
+``p = gear * |p_B - p_A|`` between two frames (a cylinder), ``pdot = gear * u^T (pdot_B - pdot_A)``
+with ``u`` the unit vector A -> B and world-aligned point velocities. Effort map ``tau = P^T f``
+(virtual work ``f^T pdot = tau^T v``).
+
+All functions act on one state; batch with ``jax.vmap(f, in_axes=(None, 0, ...))``.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import lie, rank
+from .closure import closure_jacobian
+from .curvature import closure_bias
+from .graph import WORLD, Graph, pose
+from .kinematics import forward_kinematics, frame_jacobian, frame_pose, motion_columns
+from .mechanism import Mechanism
+
+#: Status codes of :class:`TangentMap` (and their messages).
+OK, SINGULAR, INCONSISTENT = 0, 1, 2
+STATUS_MESSAGES = {
+    OK: "ok",
+    SINGULAR: "singular: the independent speeds do not parametrize the motion (dependent block rank-deficient)",
+    INCONSISTENT: "inconsistent: C E != 0 (more speeds named than the mobility, or redundant rows disagree)",
+}
+
+
+class TangentMap(eqx.Module):
+    """Result of :func:`tangent_map_status`.
+
+    ``E`` (nv, d) lift ``v = E u``; ``independent`` (d,) and ``dependent`` (nv - d,) velocity
+    indices; ``rows`` (nv - d,) selected closure rows; ``rcond`` reciprocal condition of the
+    selected dependent block; ``residual`` ``|C E|_inf``; ``status`` int (``OK``, ``SINGULAR``,
+    ``INCONSISTENT``, see ``STATUS_MESSAGES``)."""
+
+    E: jnp.ndarray
+    independent: jnp.ndarray
+    dependent: jnp.ndarray
+    rows: jnp.ndarray
+    rcond: jnp.ndarray
+    residual: jnp.ndarray
+    status: jnp.ndarray
+
+
+def touched_v(mech: Mechanism) -> np.ndarray:
+    """Velocity indices that some closure row depends on (loop paths, coupling coefficients).
+
+    Loop paths are static topology; coupling coefficients are array leaves, read concretely
+    when possible (if ``mech`` itself is traced, every 1-dof coordinate counts as coupled)."""
+    t = mech.topo
+    idx = [g.dof_v[g.dof_sign != 0] for g in t.groups]
+    if len(t.coupling_names):
+        try:
+            cq = np.asarray(mech.coupling_q) != 0
+            idx.append(t.lin_v[cq[:, t.lin_q].any(0)])
+        except (TypeError, jax.errors.TracerArrayConversionError):
+            idx.append(t.lin_v)
+    return np.unique(np.concatenate(idx)).astype(int) if idx else np.zeros(0, int)
+
+
+def default_independent(mech: Mechanism) -> np.ndarray:
+    """Static default independent speeds: the actuated coordinates plus every coordinate that
+    no closure row touches (e.g. an unconstrained floating base), sorted."""
+    t = mech.topo
+    free = np.setdiff1d(np.arange(t.nv), touched_v(mech))
+    return np.unique(np.concatenate([np.asarray(t.actuated_v, int), free])).astype(int)
+
+
+def _resolve(mech: Mechanism, independent) -> np.ndarray:
+    if independent is None:
+        return default_independent(mech)
+    if isinstance(independent, (str, int, np.integer)):
+        independent = [independent]
+    idx = mech.v_indices(list(independent))
+    if len(set(idx.tolist())) != len(idx) or (idx.size and (idx.min() < 0 or idx.max() >= mech.nv)):
+        raise ValueError(f"{mech.name}: independent speeds {independent!r} give invalid/duplicate indices {idx}")
+    return np.sort(idx)
+
+
+def _solve_block(C, I, D, nD: int, extra=None, rcond_tol: float = 1e-10):
+    """Rows, rcond and the solve ``X = -C_D[rows]^-1 [C_I[rows], extra[rows]]`` (finite always)."""
+    CD = C[:, D]
+    rows, rc = rank.select_rows(CD, nD)
+    B = CD[rows]
+    rhs = C[rows][:, I]
+    if extra is not None:
+        rhs = jnp.concatenate([rhs, extra[rows][:, None]], 1)
+    ok = rc >= rcond_tol
+    B = jnp.where(ok, B, jnp.eye(nD, dtype=C.dtype))  # where-shim: no inf/NaN on singular states
+    X = -jnp.linalg.solve(B, rhs)
+    return rows, rc, X
+
+
+def _nonzero_sorted(mask, size):
+    return jnp.nonzero(mask, size=size, fill_value=0)[0].astype(jnp.int32)
+
+
+def _choose(mech: Mechanism, q, C, independent, d):
+    """(I, D) index arrays (static numpy or traced) and d."""
+    nv = mech.nv
+    if isinstance(independent, str) and independent == "auto":
+        if d is None:
+            if isinstance(q, jax.core.Tracer):
+                raise ValueError(
+                    "tangent_map(independent='auto') needs a static mobility under jit/vmap: pass d= "
+                    "(e.g. d = mech.nv - int(rank.numerical_rank(closure_jacobian(mech, q0))))"
+                )
+            d = nv - int(rank.numerical_rank(C))
+        d = int(d)
+        cols, _ = rank.select_columns(C, nv - d)
+        mask = jnp.zeros(nv, bool).at[cols].set(True)
+        return _nonzero_sorted(~mask, d), _nonzero_sorted(mask, nv - d), d
+    I = _resolve(mech, independent)
+    if d is not None and int(d) != I.size:
+        raise ValueError(f"{mech.name}: d={d} but {I.size} independent speeds were named")
+    D = np.setdiff1d(np.arange(nv), I)
+    if D.size > C.shape[0]:
+        raise ValueError(
+            f"{mech.name}: {I.size} independent speeds named but the closure has only {C.shape[0]} rows; "
+            f"at least nv - s = {nv - C.shape[0]} are needed"
+        )
+    return I, D, I.size
+
+
+def tangent_map_status(
+    mech: Mechanism,
+    q: jnp.ndarray,
+    independent=None,
+    d: int | None = None,
+    rcond_tol: float = 1e-10,
+    tol: float = 1e-8,
+) -> TangentMap:
+    """Tangent map ``E`` (nv, d) with ``C(q) E = 0`` and a status.
+
+    ``independent``: None (default: ``mech.topo.actuated_v`` plus coordinates no closure row
+    touches), a list of joint names / ``'joint:k'`` / velocity indices (see
+    ``mech.v_indices``), ``"auto"`` (column-pivoted QR of ``C`` picks the best-conditioned
+    dependent set; the mobility ``d`` must be static: pass ``d=`` under jit/vmap, otherwise it is
+    computed concretely from ``q`` by SVD rank), or ``"ports"`` (see :func:`port_tangent_map`).
+    ``status`` is ``SINGULAR`` when the selected block's rcond < ``rcond_tol`` and
+    ``INCONSISTENT`` when ``|C E|_inf > tol * max(1, |C|_inf |E|_inf)``."""
+    if isinstance(independent, str) and independent == "ports":
+        return port_tangent_map_status(mech, q, rcond_tol=rcond_tol, tol=tol)
+    C = closure_jacobian(mech, q)
+    I, D, d = _choose(mech, q, C, independent, d)
+    nv, nD = mech.nv, mech.nv - d
+    rows, rc, X = _solve_block(C, I, D, nD, rcond_tol=rcond_tol)
+    E = jnp.zeros((nv, d), C.dtype).at[I, jnp.arange(d)].set(1.0)
+    if nD:
+        E = E.at[D].set(X)
+    return _finish(C, E, jnp.asarray(I, jnp.int32), jnp.asarray(D, jnp.int32), rows, rc, rcond_tol, tol)
+
+
+def _finish(C, E, I, D, rows, rc, rcond_tol, tol):
+    res = jnp.max(jnp.abs(C @ E)) if C.size and E.size else jnp.zeros((), E.dtype)
+    scale = jnp.maximum(1.0, (jnp.max(jnp.abs(C)) if C.size else 0.0) * (jnp.max(jnp.abs(E)) if E.size else 0.0))
+    status = jnp.where(rc < rcond_tol, SINGULAR, jnp.where(res > tol * scale, INCONSISTENT, OK)).astype(jnp.int32)
+    return TangentMap(E, I, D, jnp.asarray(rows, jnp.int32), rc, res, status)
+
+
+def tangent_map(mech: Mechanism, q: jnp.ndarray, independent=None, d: int | None = None) -> jnp.ndarray:
+    """Tangent map ``E`` (nv, d), ``C E = 0``; see :func:`tangent_map_status` for the options
+    and a status code (a singular choice of speeds gives a finite but invalid E here)."""
+    return tangent_map_status(mech, q, independent, d).E
+
+
+def tree_speed_lift(mech: Mechanism, E: jnp.ndarray, joints=None) -> jnp.ndarray:
+    """Rows of the lift for tree speeds: ``v_T = E_T u``. Our ``v`` already is the tree-speed
+    vector, so ``E_T = E``; ``joints`` (names / 'joint:k' / indices) restricts to those
+    coordinates (e.g. actuated or base joints, paper 000 Table II). (n_sel, d)."""
+    return E if joints is None else E[mech.v_indices(list(joints))]
+
+
+def acceleration_lift(
+    mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, udot: jnp.ndarray, independent=None, d: int | None = None
+):
+    """Consistent acceleration ``a = E udot + a_gamma`` (nv,) with ``C a + gamma = 0``.
+
+    ``a_gamma`` is the particular solution that is zero on the independent coordinates
+    (``a[I] = udot``) and solves the selected rows on the dependent ones:
+    ``a_gamma[D] = -C_D[rows]^-1 gamma[rows]``. Same ``independent`` / ``d`` options as
+    :func:`tangent_map_status` (not ``"ports"``). Returns ``(a, E)``."""
+    C = closure_jacobian(mech, q)
+    gam = closure_bias(mech, q, v)
+    I, D, d = _choose(mech, q, C, independent, d)
+    nD = mech.nv - d
+    E = jnp.zeros((mech.nv, d), C.dtype).at[I, jnp.arange(d)].set(1.0)
+    a = jnp.zeros(mech.nv, C.dtype).at[I].set(udot)
+    if nD:
+        _, _, X = _solve_block(C, I, D, nD, extra=gam)
+        E = E.at[D].set(X[:, :d])
+        a = a.at[D].set(X[:, :d] @ udot + X[:, d])
+    return a, E
+
+
+# ----------------------------------------------------------------------------- task maps
+
+
+def task_jacobian(mech: Mechanism, q: jnp.ndarray, frame: str, E: jnp.ndarray, reference: str = "local"):
+    """Reduced task Jacobian ``J_x E`` (6, d) of a named frame (``reference`` as in
+    :func:`jaxmech.frame_jacobian`)."""
+    return frame_jacobian(mech, q, frame, reference) @ E
+
+
+def add_support_points(graph: Graph, mech: Mechanism, q, frames, prefix: str = "support") -> list[str]:
+    """Task-induced constraints: each named foot frame/body stays at its current world position
+    (``point`` constraint world <-> frame, 3 rows). ``mech``/``q`` give the positions (compile
+    ``graph`` before adding). Returns the constraint names ``{prefix}_{frame}``."""
+    names = []
+    for f in [frames] if isinstance(frames, str) else frames:
+        p = np.asarray(frame_pose(mech, q, f))[:3, 3]
+        n = f"{prefix}_{f}"
+        graph.add_constraint(n, "point", body_a=WORLD, body_b=f, pose_a=pose(p))
+        names.append(n)
+    return names
+
+
+def add_tool_target(graph: Graph, frame: str, target, name: str = "tool_target", axes=None) -> str:
+    """Task-induced 6-D (or ``axes``-selected) target: frame ``frame`` at world pose ``target``
+    (4, 4) (``weld``, or ``pose`` with selected Log rows)."""
+    T = np.asarray(target, float)
+    if axes is None:
+        graph.add_constraint(name, "weld", body_a=WORLD, body_b=frame, pose_a=T)
+    else:
+        graph.add_constraint(name, "pose", body_a=WORLD, body_b=frame, pose_a=T, axes=axes)
+    return name
+
+
+def add_equal_coupling(graph: Graph, joint_a: str, joint_b: str, name: str | None = None, ratio: float = 1.0):
+    """Linear coupling ``q_a - ratio q_b = 0`` (equal finger displacements for ratio 1)."""
+    name = name or f"couple_{joint_a}_{joint_b}"
+    graph.add_coupling(name, {joint_a: 1.0, joint_b: -float(ratio)})
+    return name
+
+
+# ----------------------------------------------------------------------------- ports
+
+
+def _port_geometry(mech: Mechanism, q):
+    """World positions (np, 2, 3) and world-aligned point Jacobians (np, 2, 3, nv) of the two
+    frames of every port (zeros for joint ports / world frames)."""
+    t = mech.topo
+    fr = t.port_frames
+    npt = fr.shape[0]
+    T = forward_kinematics(mech, q)
+    S = motion_columns(mech, q)
+    cols = jnp.einsum("nij,nj->ni", lie.adjoint(T[t.v_body]), S)  # (nv, 6) world spatial
+    fb = np.where(fr >= 0, t.frame_body[np.maximum(fr, 0)], -1) if t.frame_body.size else -np.ones_like(fr)
+    Tf = jnp.concatenate([T, jnp.eye(4, dtype=T.dtype)[None]], 0)[np.where(fb >= 0, fb, mech.nb)]
+    Xf = mech.frame_pose[np.maximum(fr, 0)] if t.frame_body.size else jnp.broadcast_to(jnp.eye(4), (npt, 2, 4, 4))
+    pos = (Tf @ Xf)[..., :3, 3]  # (np, 2, 3)
+    anc = np.where((fb >= 0)[..., None], t.ancestor[np.maximum(fb, 0)], False)  # (np, 2, nv)
+    ang, lin = cols[:, :3].T, cols[:, 3:].T  # (3, nv)
+    Jp = lin[None, None] - jnp.einsum("abij,jn->abin", lie.hat(pos), ang)  # v0 + w x p
+    Jp = Jp * jnp.asarray(anc, Jp.dtype)[:, :, None, :]
+    return pos, Jp
+
+
+def port_values(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
+    """Port coordinates (n_ports,): ``gear * q_j`` (rad or m) or ``gear * |p_B - p_A|`` (m)."""
+    t = mech.topo
+    if not t.port_names:
+        return jnp.zeros(0, q.dtype)
+    v2q = np.zeros(t.nv, int)
+    v2q[t.lin_v] = t.lin_q
+    is_j = np.asarray([pt == "joint" for pt in t.port_types])
+    qj = q[v2q[np.maximum(t.port_v, 0)]]
+    pos, _ = _port_geometry(mech, q)
+    dist = jnp.linalg.norm(pos[:, 1] - pos[:, 0], axis=-1)
+    return mech.port_gear * jnp.where(is_j, qj, dist)
+
+
+def port_jacobian(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
+    """Port velocity map ``P`` (n_ports, nv): ``pdot = P v``."""
+    t = mech.topo
+    npt = len(t.port_names)
+    if not npt:
+        return jnp.zeros((0, mech.nv), q.dtype)
+    is_j = np.asarray([pt == "joint" for pt in t.port_types])
+    Pj = jnp.zeros((npt, mech.nv), q.dtype).at[np.arange(npt), np.maximum(t.port_v, 0)].set(1.0)
+    pos, Jp = _port_geometry(mech, q)
+    dp = pos[:, 1] - pos[:, 0]
+    n2 = jnp.sum(dp * dp, -1)
+    safe = n2 > 0
+    u = jnp.where(safe[:, None], dp / jnp.sqrt(jnp.where(safe, n2, 1.0))[:, None], 0.0)
+    Pd = jnp.einsum("ai,ain->an", u, Jp[:, 1] - Jp[:, 0])
+    return mech.port_gear[:, None] * jnp.where(is_j[:, None], Pj, Pd)
+
+
+def port_effort(mech: Mechanism, q: jnp.ndarray, f: jnp.ndarray) -> jnp.ndarray:
+    """Generalized force of port efforts ``tau = P^T f`` (nv,) (virtual work ``f.pdot = tau.v``);
+    ``f`` (n_ports,) in N m (joint) or N (distance) per unit gear."""
+    return port_jacobian(mech, q).T @ f
+
+
+def _port_index(mech: Mechanism, ports) -> np.ndarray:
+    names = mech.topo.port_names
+    if ports is None:
+        return np.arange(len(names))
+    out = []
+    for p in [ports] if isinstance(ports, (str, int)) else ports:
+        if isinstance(p, (int, np.integer)):
+            out.append(int(p))
+        elif p in names:
+            out.append(names.index(p))
+        else:
+            raise KeyError(f"{mech.name}: unknown port '{p}' (ports: {', '.join(names) or 'none'})")
+    return np.asarray(out, int)
+
+
+def port_tangent_map_status(
+    mech: Mechanism, q: jnp.ndarray, ports=None, rcond_tol: float = 1e-10, tol: float = 1e-8
+) -> TangentMap:
+    """Port-space lift ``v = E_p pdot`` (nv, n_sel): ``C E_p = 0`` and ``P_sel E_p = I``.
+
+    ``ports``: names or indices of the ports used as independent speeds (default: all; their
+    number must equal the mobility). Built as ``E_p = E (P_sel E)^-1`` from an automatic
+    tangent map with ``d = n_sel``. Status ``SINGULAR`` when the ports do not parametrize the
+    motion (``P_sel E`` ill-conditioned), ``INCONSISTENT`` when the mobility is smaller than the
+    number of ports. ``independent`` of the result lists the selected port indices."""
+    sel = _port_index(mech, ports)
+    npt = sel.size
+    tm = tangent_map_status(mech, q, "auto", d=npt, rcond_tol=rcond_tol, tol=tol)
+    PE = port_jacobian(mech, q)[sel] @ tm.E
+    rc = rank.rcond(PE)
+    eye = jnp.eye(npt, dtype=PE.dtype)
+    Ep = tm.E @ jnp.linalg.solve(jnp.where(rc >= rcond_tol, PE, eye), eye)
+    C = closure_jacobian(mech, q)
+    rcm = jnp.minimum(rc, tm.rcond)
+    return _finish(C, Ep, jnp.asarray(sel, jnp.int32), tm.dependent, tm.rows, rcm, rcond_tol, tol)
+
+
+def port_tangent_map(mech: Mechanism, q: jnp.ndarray, ports=None) -> jnp.ndarray:
+    """``E_p`` (nv, n_sel) with ``v = E_p pdot`` (drive a mechanism by its port speeds)."""
+    return port_tangent_map_status(mech, q, ports).E
