@@ -1,0 +1,301 @@
+"""Constrained forward and inverse dynamics of closed chains, with support modes.
+
+Equations (one state; ``C`` = :func:`jaxmech.closure_jacobian` (s, nv), ``gamma`` =
+:func:`jaxmech.closure_bias` (s,), ``M`` = :func:`jaxmech.crba`, ``h`` =
+:func:`jaxmech.nonlinear_effects`)::
+
+    M a + h = tau + C^T lambda,        C a + gamma = 0.
+
+``lambda`` (s,) are the constraint forces in closure-row space (the generalized force of the
+constraint is ``C^T lambda``; for ``point`` rows it is the force on body B at the cut point in
+frame A's axes).
+
+Redundant rows (a planar loop closed by a revolute cut: 5 rows, rank 2; or a singular state) are
+handled by rank-revealing selection (``jaxmech.rank``): the rank ``r`` from the SVD of ``C`` with
+a relative cutoff ``rtol``, ``r`` independent rows from the column-pivoted QR of ``C^T``. Shapes
+stay fixed: the selected block is ``k = min(s, nv)`` rows with the ``k - r`` trailing ones masked
+to zero (identity on the masked diagonal of every solve), and the dropped rows get ``lambda = 0``.
+The selection is a discrete choice made on ``stop_gradient(C)``, so derivatives flow through the
+selected rows only (exact where the rank is locally constant). At a singular state where the
+dropped rows cannot also be satisfied (inconsistent ``gamma``), the result keeps the selected rows
+and reports ``status = INCONSISTENT`` with the violation in ``constraint_error``.
+
+Forward dynamics, two forms that agree to round-off:
+
+* ``method="kkt"``: Cholesky of ``M``, Schur complement ``K = C_s M^-1 C_s^T`` (Cholesky), then
+  ``lambda_s = K^-1 (-gamma_s - C_s M^-1 (tau - h))``, ``a = M^-1 (tau - h + C_s^T lambda_s)``.
+* ``method="projected"``: ``(E^T M E) udot = E^T (tau - h - M a_gamma)``, ``a = E udot + a_gamma``,
+  with ``E`` a basis of ``null(C)`` and ``C a_gamma = -gamma``. Default ``E``: the orthogonal
+  projector ``P = I - C_s^T (C_s C_s^T)^-1 C_s = E E^T`` (solve ``(P M P + I - P) x = P b``; valid
+  for every support mode without a static mobility); or pass ``E`` (e.g. ``jm.tangent_map``).
+  Multipliers from ``C_s^T lambda_s = M a + h - tau`` (least squares on the selected rows, exact
+  for consistent data).
+
+Support modes: ``support`` is a boolean mask over the raw rows (s,) or over the loops
+(``mech.loop_names``, n_loops,); masked-out rows are zeroed in ``C`` and ``gamma`` before the
+selection, so they drop out exactly like redundant rows (zero multiplier) and the solve stays
+non-singular. A batch of states in different modes (flight, single, double, four-foot support)
+runs through one ``jax.vmap``.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .closure import closure_jacobian
+from .dynamics import crba, nonlinear_effects, rnea
+from .mechanism import Mechanism
+from .rank import numerical_rank, select_rows
+
+OK, INCONSISTENT, NONFINITE = 0, 1, 2
+STATUS_MESSAGES = {
+    OK: "success",
+    INCONSISTENT: "closure rows dropped as dependent are violated (singular state or inconsistent velocity)",
+    NONFINITE: "non-finite result (mass matrix not positive definite or non-finite input)",
+}
+
+
+class ConstrainedDynamics(eqx.Module):
+    """Result of :func:`forward_dynamics`.
+
+    ``a`` (nv,) accelerations; ``multipliers`` (s,) constraint forces per raw closure row (0 for
+    inactive or dropped rows); ``status`` int32 (:data:`STATUS_MESSAGES`); ``rank`` int32 rank of
+    the active rows; ``constraint_error`` ``max |C a + gamma|`` over the active rows."""
+
+    a: jnp.ndarray
+    multipliers: jnp.ndarray
+    status: jnp.ndarray
+    rank: jnp.ndarray
+    constraint_error: jnp.ndarray
+
+
+class InverseDynamics(eqx.Module):
+    """Result of :func:`inverse_dynamics`.
+
+    ``tau`` (nv,) generalized actuation ``B f``; ``effort`` (na,) actuator efforts ``f``;
+    ``multipliers`` (s,); ``residual`` ``max |B f + C^T lambda - (M a + h)|``; ``status``
+    (0 ok, 1 the actuators cannot realize ``a`` exactly / singular actuation, 2 non-finite)."""
+
+    tau: jnp.ndarray
+    effort: jnp.ndarray
+    multipliers: jnp.ndarray
+    residual: jnp.ndarray
+    status: jnp.ndarray
+
+
+def _closure_bias(mech: Mechanism, q, v):
+    try:
+        from .curvature import closure_bias
+    except ImportError:  # pragma: no cover - fallback: jvp of C along v
+
+        def closure_bias(mech, q, v):
+            from .kinematics import integrate
+
+            f = lambda t: closure_jacobian(mech, integrate(mech, q, v, t)) @ v  # noqa: E731
+            return jax.jvp(f, (jnp.zeros((), q.dtype),), (jnp.ones((), q.dtype),))[1]
+
+    return closure_bias(mech, q, v)
+
+
+def row_loops(mech: Mechanism) -> np.ndarray:
+    """Static (s,) index of the loop each raw row belongs to (-1 for coupling rows)."""
+    out = -np.ones(mech.n_rows, dtype=int)
+    for g in mech.topo.groups:
+        r = len(g.rows)
+        for i, li in enumerate(g.loop_id):
+            out[g.row_offset + i * r : g.row_offset + (i + 1) * r] = li
+    return out
+
+
+def support_mask(mech: Mechanism, active) -> np.ndarray:
+    """Static row mask (s,) bool: rows of the loops named in ``active`` on, rows of every other
+    loop off, coupling rows on. Stack such masks to batch support modes in one vmap."""
+    names = [active] if isinstance(active, str) else list(active)
+    bad = [n for n in names if n not in mech.loop_names]
+    if bad:
+        raise KeyError(f"{mech.name}: unknown loops {bad} (loops: {', '.join(mech.loop_names)})")
+    rl = row_loops(mech)
+    keep = np.array([mech.loop_names.index(n) for n in names], dtype=int)
+    return (rl < 0) | np.isin(rl, keep)
+
+
+def _row_mask(mech: Mechanism, support, dtype):
+    s = mech.n_rows
+    if support is None:
+        return jnp.ones(s, dtype)
+    m = jnp.asarray(support)
+    if m.shape == (s,):
+        return m.astype(dtype)
+    if m.shape == (mech.n_loops,):
+        rl = row_loops(mech)
+        return jnp.where(rl < 0, True, m[np.maximum(rl, 0)]).astype(dtype)
+    raise ValueError(
+        f"{mech.name}: support mask must have shape (s,) = ({s},) rows or (n_loops,) = ({mech.n_loops},), got {m.shape}"
+    )
+
+
+def _default_rtol(dtype) -> float:
+    return 1e-9 if jnp.finfo(dtype).bits >= 64 else 1e-4
+
+
+class _Rows:
+    """Rank-revealing selection of the active closure rows (fixed shapes, masks)."""
+
+    def __init__(self, C, gamma, row_mask, rtol):
+        s, nv = C.shape
+        self.C = C * row_mask[:, None]
+        self.gamma = gamma * row_mask
+        self.s, self.k = s, min(s, nv)
+        Cs = jax.lax.stop_gradient(self.C)
+        self.rank = numerical_rank(Cs, rtol) if s else jnp.zeros((), jnp.int32)
+        self.idx = select_rows(Cs, self.k)[0] if self.k else jnp.zeros(0, jnp.int32)
+        self.mask = (jnp.arange(self.k) < self.rank).astype(C.dtype)
+        self.Cs = self.C[self.idx] * self.mask[:, None]  # (k, nv)
+        self.gs = self.gamma[self.idx] * self.mask
+        self.pad = jnp.diag(1.0 - self.mask)
+
+    def scatter(self, lam_s):
+        return jnp.zeros(self.s, lam_s.dtype).at[self.idx].add(lam_s * self.mask)
+
+
+def _cho_solve(L, b):
+    return jax.scipy.linalg.cho_solve((L, True), b)
+
+
+def _finish(rows: _Rows, C, gamma, a, lam, extra_bad=None):
+    err = jnp.max(jnp.abs(C @ a + gamma)) if rows.s else jnp.zeros((), a.dtype)
+    eps = jnp.finfo(a.dtype).eps
+    scale = 1.0 + jnp.max(jnp.abs(gamma), initial=0.0) + jnp.max(jnp.abs(C), initial=0.0) * jnp.max(jnp.abs(a))
+    finite = jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(lam))
+    status = jnp.where(~finite, NONFINITE, jnp.where(err > jnp.sqrt(eps) * scale, INCONSISTENT, OK)).astype(jnp.int32)
+    return ConstrainedDynamics(a, lam, status, rows.rank.astype(jnp.int32), err)
+
+
+def forward_dynamics(
+    mech: Mechanism,
+    q,
+    v,
+    tau,
+    f_ext=None,
+    support=None,
+    method: str = "kkt",
+    E=None,
+    rtol: float | None = None,
+    f_ext_reference: str = "local",
+) -> ConstrainedDynamics:
+    """Constrained forward dynamics of one state (see the module docstring for the equations).
+
+    ``q`` (nq,), ``v`` (nv,) (should satisfy ``C v = 0``), ``tau`` (nv,) generalized forces
+    (joint units; add actuator efforts with ``jm.port_effort``), ``f_ext`` external wrenches (see
+    :func:`jaxmech.dynamics.external_wrenches`), ``support`` an optional row / loop mask,
+    ``method`` ``"kkt"`` or ``"projected"``, ``E`` an optional null-space basis (nv, d) for the
+    projected form (it must match the active rows), ``rtol`` the relative rank cutoff (1e-9 in
+    float64, 1e-4 in float32). Returns :class:`ConstrainedDynamics`. A tree (no rows) gives the
+    unconstrained ``M^-1 (tau - h)``."""
+    if method not in ("kkt", "projected"):
+        raise ValueError(f"method must be 'kkt' or 'projected', got {method!r}")
+    dt = q.dtype
+    rtol = _default_rtol(dt) if rtol is None else rtol
+    M = crba(mech, q)
+    h = nonlinear_effects(mech, q, v, f_ext, f_ext_reference)
+    b = tau - h
+    C = closure_jacobian(mech, q)
+    gamma = _closure_bias(mech, q, v) if mech.n_rows else jnp.zeros(0, dt)
+    rows = _Rows(C, gamma, _row_mask(mech, support, dt), rtol)
+    if method == "kkt":
+        L = jnp.linalg.cholesky(M)
+        a_free = _cho_solve(L, b)
+        if rows.k == 0:
+            return _finish(rows, rows.C, rows.gamma, a_free, jnp.zeros(rows.s, dt))
+        Y = _cho_solve(L, rows.Cs.T)  # (nv, k) = M^-1 C_s^T
+        K = rows.Cs @ Y + rows.pad
+        lam_s = _cho_solve(jnp.linalg.cholesky(K), -rows.gs - rows.Cs @ a_free)
+        a = a_free + Y @ lam_s
+        return _finish(rows, rows.C, rows.gamma, a, rows.scatter(lam_s))
+    # projected
+    G = rows.Cs @ rows.Cs.T + rows.pad  # Gram of the selected rows
+    Lg = jnp.linalg.cholesky(G) if rows.k else None
+    if rows.k:
+        a_g = -rows.Cs.T @ _cho_solve(Lg, rows.gs)  # minimum-norm particular solution
+    else:
+        a_g = jnp.zeros(mech.nv, dt)
+    r = b - M @ a_g
+    if E is not None:
+        E = jnp.asarray(E, dt)
+        udot = jnp.linalg.solve(E.T @ M @ E, E.T @ r)
+        a = E @ udot + a_g
+    else:
+        P = jnp.eye(mech.nv, dtype=dt)
+        if rows.k:
+            P = P - rows.Cs.T @ _cho_solve(Lg, rows.Cs)
+        x = jnp.linalg.solve(P @ M @ P + jnp.eye(mech.nv, dtype=dt) - P, P @ r)
+        a = P @ x + a_g
+    lam = jnp.zeros(rows.s, dt)
+    if rows.k:
+        lam = rows.scatter(_cho_solve(Lg, rows.Cs @ (M @ a - b)))
+    return _finish(rows, rows.C, rows.gamma, a, lam)
+
+
+def _actuation(mech: Mechanism, actuators, dt):
+    """Actuation matrix B (nv, na): generalized force = B f."""
+    if actuators is None:
+        idx = mech.topo.actuated_v if mech.n_rows else np.arange(mech.nv)
+        if mech.n_rows and idx.size == 0:
+            raise ValueError(f"{mech.name}: no actuated joints; pass actuators= (names, indices or a (nv, na) matrix)")
+        return jnp.eye(mech.nv, dtype=dt)[:, idx]
+    if isinstance(actuators, (list, tuple)) or (isinstance(actuators, np.ndarray) and actuators.ndim == 1):
+        idx = mech.v_indices(list(actuators))
+        return jnp.eye(mech.nv, dtype=dt)[:, idx]
+    B = jnp.asarray(actuators, dt)
+    if B.ndim != 2 or B.shape[0] != mech.nv:
+        raise ValueError(f"{mech.name}: actuation matrix must have shape (nv, na) = ({mech.nv}, na), got {B.shape}")
+    return B
+
+
+def inverse_dynamics(
+    mech: Mechanism,
+    q,
+    v,
+    a,
+    f_ext=None,
+    actuators=None,
+    support=None,
+    rtol: float | None = None,
+    f_ext_reference: str = "local",
+) -> InverseDynamics:
+    """Actuator efforts that realize the accelerations ``a`` (nv,) of one state.
+
+    Solves ``B f + C^T lambda = M a + h`` (virtual-work consistent: ``B = P^T`` for port efforts,
+    pass ``actuators=jm.port_jacobian(mech, q).T``; default: the actuated joint coordinates, or
+    every coordinate of a tree). ``a`` should satisfy ``C a + gamma = 0``. With ``P`` the
+    orthogonal projector onto ``null(C_s)`` the efforts solve ``(B^T P B) f = B^T P (M a + h)``
+    (exact when the actuators span the mobility, i.e. ``E^T B`` is square and invertible), then
+    ``C_s^T lambda_s = M a + h - B f``. For a tree this reduces to ``f = rnea`` restricted to
+    ``actuators``. ``actuators``: None, joint names / 'joint:k' / indices, or a matrix (nv, na)."""
+    dt = q.dtype
+    rtol = _default_rtol(dt) if rtol is None else rtol
+    rhs = rnea(mech, q, v, a, f_ext, f_ext_reference)
+    B = _actuation(mech, actuators, dt)
+    C = closure_jacobian(mech, q)
+    gamma = jnp.zeros(mech.n_rows, dt)
+    rows = _Rows(C, gamma, _row_mask(mech, support, dt), rtol)
+    P = jnp.eye(mech.nv, dtype=dt)
+    if rows.k:
+        G = rows.Cs @ rows.Cs.T + rows.pad
+        Lg = jnp.linalg.cholesky(G)
+        P = P - rows.Cs.T @ _cho_solve(Lg, rows.Cs)
+    PB = P @ B
+    f = jnp.linalg.solve(PB.T @ PB, PB.T @ rhs) if B.shape[1] else jnp.zeros(0, dt)
+    tau = B @ f
+    lam = jnp.zeros(rows.s, dt)
+    if rows.k:
+        lam = rows.scatter(_cho_solve(Lg, rows.Cs @ (rhs - tau)))
+    res = jnp.max(jnp.abs(tau + rows.C.T @ lam - rhs), initial=0.0)
+    eps = jnp.finfo(dt).eps
+    finite = jnp.all(jnp.isfinite(f)) & jnp.all(jnp.isfinite(lam))
+    bad = res > jnp.sqrt(eps) * (1.0 + jnp.max(jnp.abs(rhs)))
+    status = jnp.where(~finite, 2, jnp.where(bad, 1, 0)).astype(jnp.int32)
+    return InverseDynamics(tau, f, lam, res, status)

@@ -1,0 +1,304 @@
+"""Tree dynamics: RNEA, CRBA, ABA and the nonlinear effects (Featherstone, angular-first).
+
+All quantities are body-frame: body ``i``'s twist ``V_i = (omega, v)`` and acceleration are
+expressed in its own frame, wrenches are ``(tau, f)`` about the body origin. With the local
+transform ``X_i`` (parent -> child pose) and ``Ad_i = Ad_{X_i^-1}`` (parent twist -> child twist):
+
+    V_i = Ad_i V_parent + S_i v_i
+    A_i = Ad_i A_parent + S_i a_i + ad_{V_i} (S_i v_i) + Sdot_i v_i          (Featherstone eq. 5.7)
+    f_i = I_i A_i - ad_{V_i}^T I_i V_i - f_ext_i,   f_parent += Ad_i^T f_i
+
+The world "accelerates" with ``(0, -g)`` (the usual gravity trick). ``S_i`` are the generic
+joint columns of :func:`jaxmech.kinematics.joint_columns`; ``Sdot_i v_i`` (non-zero for
+universal joints) is a ``jax.jvp`` of the columns along (th1, th2, d). Every pass is
+level-parallel: one vectorized update per depth level, child results segment-summed into parents.
+
+Conventions shared by all functions here (so ``M a + h = tau`` holds exactly):
+
+* ``M`` (:func:`crba`) includes ``diag(mech.armature)``;
+* ``rnea(q, v, a) = M a + C(q, v) v + g(q) + damping * v - J^T f_ext``;
+* ``nonlinear_effects(q, v) = rnea(q, v, 0)`` (equals Pinocchio's ``nle`` when damping = 0 and
+  no external wrenches are given);
+* :func:`aba` solves ``M a + h = tau``.
+
+External wrenches ``f_ext`` (see :func:`external_wrenches`): an array (nb, 6) of body wrenches,
+or a dict {body or frame name: wrench (6,)}; ``f_ext_reference`` says in which frame.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import lie
+from .kinematics import _frame_lookup, compose_tree, joint_columns, joint_values, local_transforms
+from .mechanism import Mechanism
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def spatial_inertia(mass, com, inertia) -> jnp.ndarray:
+    """Body spatial inertia about the body origin, angular-first, (..., 6, 6).
+
+    ``mass`` (...,) kg, ``com`` (..., 3) m in body axes, ``inertia`` (..., 3, 3) about the COM:
+    ``[[I_c - m c^ c^, m c^], [-m c^, m 1]]``."""
+    c = lie.hat(com)
+    m = mass[..., None, None]
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=com.dtype), c.shape)
+    top = jnp.concatenate([inertia - m * c @ c, m * c], -1)
+    bot = jnp.concatenate([-m * c, m * eye], -1)
+    return jnp.concatenate([top, bot], -2)
+
+
+def _mv(A, x):
+    return jnp.einsum("...ij,...j->...i", A, x)
+
+
+def _cross_force(V, F):
+    """``ad_V^* F = -ad_V^T F`` (..., 6): the spatial force cross product."""
+    return -jnp.einsum("...ji,...j->...i", lie.small_adjoint(V), F)
+
+
+def _per_body(mech: Mechanism, x: jnp.ndarray) -> jnp.ndarray:
+    """Scatter a velocity-like vector (nv,) onto the 9 generic columns, (nb, 9) (0 where unused)."""
+    vi = mech.topo.v_index
+    xe = jnp.concatenate([x, jnp.zeros(1, x.dtype)])
+    return xe[np.where(vi >= 0, vi, x.shape[0])]
+
+
+def _parent_ext(mech: Mechanism) -> np.ndarray:
+    p = mech.topo.parent.copy()
+    p[p < 0] = len(mech.topo.body_names)
+    return p
+
+
+class _Tree:
+    """Per-state quantities shared by the passes (plain container, built inside a trace)."""
+
+    def __init__(self, mech: Mechanism, q: jnp.ndarray):
+        _, _, th1, th2, d = joint_values(mech, q)
+        self.th = (th1, th2, d)
+        self.X = local_transforms(mech, q)  # (nb, 4, 4) parent -> child
+        self.Ad = lie.adjoint(lie.se3_inv(self.X))  # (nb, 6, 6) parent twist -> child twist
+        self.S = joint_columns(mech, th1, th2, d)  # (nb, 6, 9)
+        self.I = spatial_inertia(mech.mass, mech.com, mech.inertia)  # (nb, 6, 6)
+
+    def sdot_v(self, mech: Mechanism, v9: jnp.ndarray) -> jnp.ndarray:
+        """``Sdot v`` per body (nb, 6): derivative of the columns along the joint rates."""
+        th1, th2, d = self.th
+        _, dS = jax.jvp(lambda a, b, c: joint_columns(mech, a, b, c), (th1, th2, d), (v9[:, 6], v9[:, 7], v9[:, 8]))
+        return _mv(dS, v9)
+
+
+def external_wrenches(mech: Mechanism, q: jnp.ndarray, f_ext, reference: str = "local") -> jnp.ndarray:
+    """Body wrenches (nb, 6), each in its body frame about the body origin, angular-first.
+
+    ``f_ext`` is either an array (nb, 6) (one wrench per body, ``mech.body_names`` order) or a
+    dict {body or frame name: wrench (6,)}. ``reference``:
+
+    * ``"local"``: array rows in the body frame; dict entries in the named frame, about its origin;
+    * ``"world"``: spatial wrenches in world axes about the world origin;
+    * ``"world_aligned"``: world axes, about the origin of the body / named frame (a contact
+      force at a foot site, say).
+    Units: N m (torque part), N (force part)."""
+    nb = mech.nb
+    if reference not in ("local", "world", "world_aligned"):
+        raise ValueError(f"f_ext reference must be 'local', 'world' or 'world_aligned', got {reference!r}")
+    if isinstance(f_ext, dict):
+        bodies, poses, wr = [], [], []
+        for name, w in f_ext.items():
+            b, Xf = _frame_lookup(mech, name)
+            if b < 0:
+                raise ValueError(f"{mech.name}: external wrench on '{name}' (the world) has no effect")
+            bodies.append(b)
+            poses.append(jnp.asarray(Xf, dtype=q.dtype))
+            w = jnp.asarray(w, dtype=q.dtype)
+            if w.shape != (6,):
+                raise ValueError(f"{mech.name}: external wrench on '{name}' must have shape (6,), got {w.shape}")
+            wr.append(w)
+        bodies = np.asarray(bodies, dtype=int)
+        Xf = jnp.stack(poses)  # frame in body
+        wr = jnp.stack(wr)
+    else:
+        wr = jnp.asarray(f_ext, dtype=q.dtype)
+        if wr.shape != (nb, 6):
+            raise ValueError(f"{mech.name}: f_ext array must have shape (nb, 6) = ({nb}, 6), got {wr.shape}")
+        bodies = np.arange(nb)
+        Xf = jnp.broadcast_to(jnp.eye(4, dtype=q.dtype), (nb, 4, 4))
+    if reference == "local":
+        Xg = Xf  # wrench frame in body
+    else:
+        T = compose_tree(mech, local_transforms(mech, q))[bodies]  # body in world
+        if reference == "world":
+            Xg = lie.se3_inv(T)  # world frame in body
+        else:
+            p = (T @ Xf)[:, :3, 3]
+            W = lie.make_pose(jnp.broadcast_to(jnp.eye(3, dtype=q.dtype), (len(bodies), 3, 3)), p)
+            Xg = lie.se3_inv(T) @ W
+    # body twist V_B -> wrench-frame twist Ad_{Xg^-1} V_B; power balance gives f_B = Ad_{Xg^-1}^T f_G
+    fb = jnp.einsum("nji,nj->ni", lie.adjoint(lie.se3_inv(Xg)), wr)
+    return jnp.zeros((nb, 6), q.dtype).at[bodies].add(fb)
+
+
+# ----------------------------------------------------------------------------- RNEA
+
+
+def rnea(mech: Mechanism, q, v, a, f_ext=None, f_ext_reference: str = "local") -> jnp.ndarray:
+    """Recursive Newton-Euler inverse dynamics of the spanning tree, (nv,).
+
+    ``tau = M(q) a + C(q, v) v + g(q) + damping * v - J^T f_ext`` with armature in ``M``
+    (closure constraints ignored: see :func:`jaxmech.inverse_dynamics` for closed chains).
+    ``q`` (nq,), ``v``/``a`` (nv,); joint units (N m, N)."""
+    topo = mech.topo
+    nb = mech.nb
+    tr = _Tree(mech, q)
+    v9, a9 = _per_body(mech, v), _per_body(mech, a)
+    vJ = _mv(tr.S, v9)
+    cJ = _mv(tr.S, a9) + tr.sdot_v(mech, v9)
+    par = _parent_ext(mech)
+    dt = q.dtype
+    V = jnp.zeros((nb + 1, 6), dt)
+    A = jnp.zeros((nb + 1, 6), dt).at[nb, 3:].set(-mech.gravity.astype(dt))
+    for lvl in topo.levels:
+        Vl = _mv(tr.Ad[lvl], V[par[lvl]]) + vJ[lvl]
+        V = V.at[lvl].set(Vl)
+        A = A.at[lvl].set(_mv(tr.Ad[lvl], A[par[lvl]]) + cJ[lvl] + _mv(lie.small_adjoint(Vl), vJ[lvl]))
+    V, A = V[:nb], A[:nb]
+    f = _mv(tr.I, A) + _cross_force(V, _mv(tr.I, V))
+    if f_ext is not None:
+        f = f - external_wrenches(mech, q, f_ext, f_ext_reference)
+    f = jnp.concatenate([f, jnp.zeros((1, 6), dt)], 0)
+    for lvl in reversed(topo.levels):
+        f = f.at[par[lvl]].add(jnp.einsum("nji,nj->ni", tr.Ad[lvl], f[lvl]))
+    Sv = tr.S[topo.v_body, :, topo.v_col]  # (nv, 6)
+    tau = jnp.einsum("ni,ni->n", Sv, f[topo.v_body])
+    return tau + mech.armature * a + mech.damping * v
+
+
+def nonlinear_effects(mech: Mechanism, q, v, f_ext=None, f_ext_reference: str = "local") -> jnp.ndarray:
+    """``h = C(q, v) v + g(q) + damping * v - J^T f_ext`` (nv,), i.e. ``rnea(q, v, 0)``."""
+    return rnea(mech, q, v, jnp.zeros_like(v), f_ext, f_ext_reference)
+
+
+def gravity_torques(mech: Mechanism, q) -> jnp.ndarray:
+    """``g(q)`` (nv,): the generalized gravity force (``rnea`` at rest)."""
+    z = jnp.zeros(mech.nv, q.dtype)
+    return rnea(mech, q, z, z)
+
+
+# ----------------------------------------------------------------------------- CRBA
+
+
+def _crba_tables(mech: Mechanism):
+    """Static tables: subtree matrix (nb, nb) and, per pair of coordinates, the deeper body."""
+    topo = mech.topo
+    nb = mech.nb
+    desc = np.zeros((nb, nb))  # desc[b, c] = 1 if c is in the subtree of b
+    for c in range(nb):
+        k = c
+        while k >= 0:
+            desc[k, c] = 1.0
+            k = topo.parent[k]
+    vb = topo.v_body
+    anc = desc[vb][:, vb] > 0  # anc[j, k]: body of j is an ancestor-or-self of body of k
+    pair = np.where(anc, vb[None, :], vb[:, None])
+    mask = (anc | anc.T).astype(float)
+    return desc, pair, mask
+
+
+def crba(mech: Mechanism, q) -> jnp.ndarray:
+    """Joint-space mass matrix ``M(q)`` (nv, nv), symmetric positive definite, armature included.
+
+    Composite-rigid-body algorithm in world coordinates, fully vectorized: the composite inertia
+    of every subtree is one matmul with the static subtree matrix, and
+    ``M[j, k] = s_j^T I^c_{deeper(j, k)} s_k`` for coordinates on one branch (0 otherwise),
+    with ``s_j`` the world spatial column of coordinate ``j``."""
+    topo = mech.topo
+    tr = _Tree(mech, q)
+    T = compose_tree(mech, tr.X)  # body in world
+    desc, pair, mask = _crba_tables(mech)
+    Sv = tr.S[topo.v_body, :, topo.v_col]
+    cols = _mv(lie.adjoint(T[topo.v_body]), Sv)  # (nv, 6) world spatial columns
+    Ti = lie.adjoint(lie.se3_inv(T))  # world twist -> body twist
+    Iw = jnp.einsum("nji,njk,nkl->nil", Ti, tr.I, Ti)  # (nb, 6, 6) world spatial inertias
+    Ic = jnp.einsum("bc,cij->bij", jnp.asarray(desc, q.dtype), Iw)
+    M = jnp.einsum("ja,jkab,kb->jk", cols, Ic[pair], cols) * jnp.asarray(mask, q.dtype)
+    M = 0.5 * (M + M.T)
+    return M + jnp.diag(mech.armature.astype(q.dtype))
+
+
+# ----------------------------------------------------------------------------- ABA
+
+
+def _body_dofs(mech: Mechanism):
+    """Compact per-body dof columns: (nb, k) generic column index, mask, velocity index."""
+    vi = mech.topo.v_index
+    nb = vi.shape[0]
+    k = max(1, int((vi >= 0).sum(1).max()) if nb else 1)
+    cols = np.zeros((nb, k), dtype=int)
+    mask = np.zeros((nb, k), dtype=bool)
+    vidx = np.full((nb, k), mech.nv, dtype=int)
+    for b in range(nb):
+        used = np.nonzero(vi[b] >= 0)[0]
+        cols[b, : len(used)] = used
+        mask[b, : len(used)] = True
+        vidx[b, : len(used)] = vi[b, used]
+    return cols, mask, vidx
+
+
+def aba(mech: Mechanism, q, v, tau, f_ext=None, f_ext_reference: str = "local") -> jnp.ndarray:
+    """Articulated-body forward dynamics of the spanning tree: ``a`` (nv,) with ``M a + h = tau``.
+
+    Level-parallel: a backward sweep of articulated inertias (one batched small solve per depth
+    level) and a forward sweep of accelerations. Armature adds to each joint's ``D`` block and
+    ``damping * v`` to the bias."""
+    topo = mech.topo
+    nb, dt = mech.nb, q.dtype
+    tr = _Tree(mech, q)
+    cols, cmask, vidx = _body_dofs(mech)
+    v9 = _per_body(mech, v)
+    vJ = _mv(tr.S, v9)
+    par = _parent_ext(mech)
+    V = jnp.zeros((nb + 1, 6), dt)
+    for lvl in topo.levels:
+        V = V.at[lvl].set(_mv(tr.Ad[lvl], V[par[lvl]]) + vJ[lvl])
+    V = V[:nb]
+    c = _mv(lie.small_adjoint(V), vJ) + tr.sdot_v(mech, v9)  # (nb, 6) velocity-product accel
+    pA = _cross_force(V, _mv(tr.I, V))
+    if f_ext is not None:
+        pA = pA - external_wrenches(mech, q, f_ext, f_ext_reference)
+    fm = jnp.asarray(cmask, dt)
+    Sc = jnp.take_along_axis(tr.S, cols[:, None, :], axis=2) * fm[:, None, :]  # (nb, 6, k)
+    ext = lambda x: jnp.concatenate([x, jnp.zeros(1, dt)])[vidx] * fm  # noqa: E731
+    u0 = ext(tau - mech.damping * v)  # (nb, k)
+    arm = ext(mech.armature.astype(dt))
+    k = cols.shape[1]
+    IA = jnp.concatenate([tr.I, jnp.zeros((1, 6, 6), dt)], 0)
+    pA = jnp.concatenate([pA, jnp.zeros((1, 6), dt)], 0)
+    U = jnp.zeros((nb, 6, k), dt)
+    Dinv = jnp.zeros((nb, k, k), dt)
+    uu = jnp.zeros((nb, k), dt)
+    eye_k = jnp.eye(k, dtype=dt)
+    for lvl in reversed(topo.levels):
+        S_l, I_l, p_l = Sc[lvl], IA[lvl], pA[lvl]
+        U_l = I_l @ S_l
+        D_l = jnp.swapaxes(S_l, -1, -2) @ U_l + arm[lvl][..., None] * eye_k + (1 - fm[lvl])[..., None] * eye_k
+        Di = jnp.linalg.inv(D_l)
+        u_l = u0[lvl] - jnp.einsum("nik,ni->nk", S_l, p_l)
+        UDi = U_l @ Di
+        Ia = I_l - UDi @ jnp.swapaxes(U_l, -1, -2)
+        pa = p_l + _mv(Ia, c[lvl]) + _mv(UDi, u_l)
+        Ad = tr.Ad[lvl]
+        IA = IA.at[par[lvl]].add(jnp.swapaxes(Ad, -1, -2) @ Ia @ Ad)
+        pA = pA.at[par[lvl]].add(jnp.einsum("nji,nj->ni", Ad, pa))
+        U, Dinv, uu = U.at[lvl].set(U_l), Dinv.at[lvl].set(Di), uu.at[lvl].set(u_l)
+    A = jnp.zeros((nb + 1, 6), dt).at[nb, 3:].set(-mech.gravity.astype(dt))
+    qdd = jnp.zeros((nb, k), dt)
+    for lvl in topo.levels:
+        Ap = _mv(tr.Ad[lvl], A[par[lvl]]) + c[lvl]
+        a_l = _mv(Dinv[lvl], uu[lvl] - jnp.einsum("nik,ni->nk", U[lvl], Ap))
+        qdd = qdd.at[lvl].set(a_l)
+        A = A.at[lvl].set(Ap + _mv(Sc[lvl], a_l))
+    out = jnp.zeros(mech.nv + 1, dt).at[vidx.ravel()].add((qdd * fm).ravel())
+    return out[: mech.nv]
