@@ -43,12 +43,15 @@ from .reduction import (
     task_jacobian,
     tree_speed_lift,
 )
+from .tracking import TrackResult, track
 
 __all__ = [
     "STATUS_MESSAGES",
     "AssemblyError",
     "AssemblyResult",
     "assemble",
+    "track",
+    "TrackResult",
     "rank",
     "Graph",
     "Mechanism",

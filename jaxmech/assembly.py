@@ -435,19 +435,28 @@ def _attach_jvp(part: Partition, primals, tangents):
     dmech, dq_in = tangents[0], tangents[1]
     p = np.asarray(part.passive, int)
     keep_q = jnp.asarray(~_passive_q_mask(mech, part), q_star.dtype)
-    dv_known = jax.jvp(lambda x: difference(mech, q_star, x), (q_star,), (dq_in * keep_q,))[1]
-    dv_known = dv_known.at[p].set(0.0)
+    # Linear maps evaluated at the primal point (jacfwd builds them from primals only), so the
+    # tangent computation below is a chain of matrix products and solves: transposable for
+    # reverse mode.
+    Dm = jax.jacfwd(lambda x: difference(mech, q_star, x))(q_star)  # (nv, nq)
+    Nm = jax.jacfwd(lambda v: integrate(mech, q_star, v))(jnp.zeros(mech.nv, q_star.dtype))  # (nq, nv)
+    known = np.ones(mech.nv)
+    known[p] = 0.0
+    dv_known = (Dm @ (dq_in * keep_q)) * jnp.asarray(known, q_star.dtype)
     if p.size and mech.n_rows:
         r_theta = jax.jvp(lambda m: closure_residual(m, q_star), (mech,), (dmech,))[1]
         _, C = closure_residual_and_jacobian(mech, q_star)
         Rp = C[rows][:, p]
         rhs = (C @ dv_known + r_theta)[rows]
-        dvp = -jnp.linalg.solve(Rp, rhs)
-        dvp = jnp.where(ok & jnp.all(jnp.isfinite(dvp)), dvp, 0.0)
-        dv = dv_known.at[p].set(dvp)
+        good = ok & jnp.all(jnp.isfinite(Rp)) & (rcond(Rp) > 0)
+        Rp = jnp.where(good, Rp, jnp.eye(p.size, dtype=Rp.dtype))  # where-shim: no NaN cotangents
+        dvp = jnp.where(good, -jnp.linalg.solve(Rp, rhs), 0.0)
+        P = np.zeros((mech.nv, p.size))
+        P[p, np.arange(p.size)] = 1.0
+        dv = dv_known + jnp.asarray(P, q_star.dtype) @ dvp
     else:
         dv = dv_known
-    dq = jax.jvp(lambda v: integrate(mech, q_star, v), (jnp.zeros(mech.nv, q_star.dtype),), (dv,))[1]
+    dq = Nm @ dv
     return q_star, dq
 
 

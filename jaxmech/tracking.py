@@ -1,0 +1,189 @@
+"""Predictor-corrector tracking of a path of active coordinates (paper 001 §3, eqs. (56)-(59)).
+
+At each step the passive coordinates are predicted to first order from the previous
+closure-consistent configuration, ``dv_p = D psi dv_a = -R_p^-1 R_a dv_a`` on the rows selected
+there, then corrected directly on the physical closure with the *previous* selector held fixed.
+The step is accepted when the selected residual converged, the complete raw residual is within
+``raw_tol`` and the selected passive block passes the ``rcond_min`` check; otherwise the passive
+coordinates are re-acquired by defect homotopy from the prediction. After acceptance the rank and
+selector are recomputed at the new configuration (§2.3) for the next step.
+
+One ``lax.scan`` over steps; the fallback homotopy is a ``while_loop`` that starts "done" where
+the direct correction succeeded, so a batch of paths (``jax.vmap``) pays for it only at steps
+where some path needs it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .assembly import (
+    CONVERGED,
+    STATUS_MESSAGES,
+    AssemblyOptions,
+    Defect,
+    Partition,
+    _assemble_impl,
+    _attach,
+    _finish,
+    _homotopy,
+    _raise_if_failed,
+    defect_at,
+    defected_residual_and_jacobian,
+    make_options,
+    partition,
+)
+from .closure import closure_jacobian
+from .kinematics import difference, integrate
+from .mechanism import Mechanism
+from .rank import select_rows
+
+
+class TrackResult(eqx.Module):
+    """Result of :func:`track` for one path of ``n`` steps (leading batch axes when vmapped).
+
+    ``q`` (n, nq) configurations; ``status`` (n,) int codes (:data:`STATUS_MESSAGES`);
+    ``residual`` (n,) max-abs raw closure residual; ``iterations`` (n,) corrector iterations
+    (direct + fallback); ``fallback`` (n,) bool, True where defect homotopy re-acquired the step;
+    ``rank`` (n,) closure rank; ``rcond`` (n,) reciprocal condition of the selected passive block."""
+
+    q: jnp.ndarray
+    status: jnp.ndarray
+    residual: jnp.ndarray
+    iterations: jnp.ndarray
+    fallback: jnp.ndarray
+    rank: jnp.ndarray
+    rcond: jnp.ndarray
+
+    @property
+    def success(self) -> jnp.ndarray:
+        return self.status == CONVERGED
+
+    def message(self):
+        return [STATUS_MESSAGES[int(k)] for k in np.asarray(self.status).ravel()]
+
+
+def active_q_indices(mech: Mechanism, part: Partition) -> np.ndarray:
+    """q indices that carry the active coordinates, in ``active`` order (one per 1-dof
+    coordinate, all q entries of a whole active multi-dof joint): the columns of an
+    ``active_path``."""
+    t = mech.topo
+    aset = set(part.active)
+    out: list[int] = []
+    for a in part.active:
+        j = int(t.v_body[a])
+        name = t.joint_names[j]
+        vs, qs = mech.v_slice(name), mech.q_slice(name)
+        if vs.stop - vs.start == 1:
+            out.append(qs.start)
+        elif all(i in aset for i in range(vs.start, vs.stop)):
+            if qs.start not in out:
+                out.extend(range(qs.start, qs.stop))
+        else:
+            raise ValueError(
+                f"{mech.name}: track needs whole multi-dof joints as active; joint '{name}' is only partly active"
+            )
+    return np.asarray(out, dtype=int)
+
+
+class _Carry(NamedTuple):
+    q: jnp.ndarray
+    rows: jnp.ndarray
+
+
+def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, carry: _Carry, a_k):
+    p = np.asarray(part.passive, int)
+    dt = carry.q.dtype
+    q_prev, rows = carry
+    q_tgt = q_prev.at[aq].set(a_k.astype(dt))
+    dv_a = difference(mech, q_prev, q_tgt)
+    dv_a = dv_a.at[p].set(0.0)
+    C = closure_jacobian(mech, q_prev)
+    Rp = C[rows][:, p]
+    dv_p = -jnp.linalg.solve(Rp, C[rows] @ dv_a)  # paper 001 eq. (58): D psi dv_a
+    dv_p = jnp.where(jnp.all(jnp.isfinite(dv_p)), dv_p, 0.0)
+    q_pred = integrate(mech, q_prev, dv_a.at[p].set(dv_p)).at[aq].set(a_k.astype(dt))
+    zero = Defect(
+        tuple(jnp.zeros((len(g.names), 6), dt) for g in mech.topo.groups), jnp.zeros(len(mech.topo.coupling_names), dt)
+    )
+    # direct correction on the physical closure with the previous selector (eq. (59))
+    d = _homotopy(mech, part, q_pred, zero, rows, 1.0, 0.0, False, opts)
+    direct_ok = d.finished
+    # fallback: defect homotopy from the prediction, skipped (zero iterations) where direct_ok
+    defect = defect_at(mech, q_pred)
+    _, J0 = defected_residual_and_jacobian(mech, q_pred, 0.0, defect)
+    sel0, _ = select_rows(J0[:, p], p.size)
+    h = _homotopy(mech, part, q_pred, defect, sel0, 0.0, opts.dlam0, direct_ok, opts)
+    q_h = jnp.where(h.finished, h.q_acc, h.q_good)
+    q_new = jnp.where(direct_ok, d.q_acc, q_h)
+    finished = direct_ok | h.finished
+    rc_last = jnp.where(direct_ok, d.rc_good, h.rc_good)
+    pre = jnp.asarray(-1, jnp.int32)
+    status, residual, rank, rc, new_rows = _finish(mech, part, q_new, opts, pre, finished, h.too_small, rc_last, dt)
+    ok = status == CONVERGED
+    rows_next = jnp.where(ok, new_rows, rows)
+    out = (q_new, status, residual, d.it + jnp.where(direct_ok, 0, h.it), ~direct_ok, rank, rc, rows_next)
+    return _Carry(q_new, rows_next), out
+
+
+def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = False, **options) -> TrackResult:
+    """Track a path of active coordinates by predictor-corrector continuation.
+
+    Args:
+      mech: compiled mechanism.
+      q_start: (nq,) guess for the first step (its passive part may be rough: the first step is
+        acquired by defect homotopy).
+      active_path: (n, na_q) active values per step: columns are the q entries of the active
+        coordinates in ``active`` order (one per 1-dof joint; 7 for a whole free joint), see
+        :func:`active_q_indices`.
+      active: as in :func:`jaxmech.assemble` (default: actuated joints). Static.
+      throw: raise :class:`jaxmech.AssemblyError` if any step failed.
+      **options: :class:`jaxmech.assembly.AssemblyOptions` fields.
+
+    Returns :class:`TrackResult` with ``q`` (n, nq). Differentiable in ``active_path`` and
+    ``mech`` (implicit function theorem per step). Batch over paths with ``jax.vmap``.
+    """
+    opts = make_options(**options)
+    part = partition(mech, active)
+    aq = active_q_indices(mech, part)
+    path = jnp.asarray(active_path)
+    if path.ndim != 2 or path.shape[1] != aq.size:
+        raise ValueError(
+            f"{mech.name}: active_path must have shape (n, {aq.size}) (columns: q entries {aq.tolist()}), "
+            f"got {path.shape}"
+        )
+    q_start = jnp.asarray(q_start)
+    dt = jnp.result_type(q_start.dtype, path.dtype, mech.q0.dtype)
+    m = jax.lax.stop_gradient(mech)
+    ps = jax.lax.stop_gradient(path).astype(dt)
+    first = _assemble_impl(m, jax.lax.stop_gradient(q_start).astype(dt).at[aq].set(ps[0]), part, opts)
+    carry0 = _Carry(first.q, first.rows)
+
+    def step(c, a_k):
+        return _track_step(m, part, aq, opts, c, a_k)
+
+    _, (qs, status, residual, iters, fb, rank, rc, rows) = jax.lax.scan(step, carry0, ps[1:])
+    cat = lambda a, b: jnp.concatenate([jnp.asarray(a)[None], b], 0)  # noqa: E731
+    q_star = cat(first.q, qs)
+    status = cat(first.status, status)
+    rows = cat(first.rows, rows)
+    # implicit-function-theorem derivatives per step (active values from the path)
+    q_in = q_star.at[:, aq].set(path.astype(dt))
+    q = jax.vmap(lambda qi, qs_, r, ok: _attach(part, mech, qi, qs_, r, ok))(
+        q_in, jax.lax.stop_gradient(q_star), rows, status == CONVERGED
+    )
+    res = TrackResult(
+        q,
+        status,
+        cat(first.residual, residual),
+        cat(first.iterations, iters),
+        cat(jnp.asarray(True), fb),
+        cat(first.rank, rank),
+        cat(first.rcond, rc),
+    )
+    return _raise_if_failed(res, f"{mech.name}: tracking") if throw else res
