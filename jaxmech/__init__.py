@@ -16,10 +16,13 @@ from .closure import (
     closure_rows,
 )
 from .compile import compile
+from .constrained import ConstrainedDynamics, InverseDynamics, forward_dynamics, inverse_dynamics, support_mask
 from .curvature import closure_bias, closure_bias_autodiff
+from .dynamics import aba, crba, external_wrenches, gravity_torques, nonlinear_effects, rnea, spatial_inertia
 from .graph import Graph, ModelError, pose
 from .io import load, read_graph
 from .io.export import export_mjcf
+from .io.pinocchio import q_from_pinocchio, q_to_pinocchio, to_pinocchio, v_from_pinocchio, v_to_pinocchio
 from .io.mujoco_convert import mujoco_qvel_to_v, v_to_mujoco_qvel
 from .kinematics import (
     difference,
@@ -46,6 +49,23 @@ from .reduction import (
 from .tracking import TrackResult, track
 
 __all__ = [
+    "ConstrainedDynamics",
+    "InverseDynamics",
+    "aba",
+    "crba",
+    "external_wrenches",
+    "forward_dynamics",
+    "gravity_torques",
+    "inverse_dynamics",
+    "nonlinear_effects",
+    "q_from_pinocchio",
+    "q_to_pinocchio",
+    "rnea",
+    "spatial_inertia",
+    "support_mask",
+    "to_pinocchio",
+    "v_from_pinocchio",
+    "v_to_pinocchio",
     "STATUS_MESSAGES",
     "AssemblyError",
     "AssemblyResult",

@@ -152,7 +152,7 @@ def to_pinocchio(mech: Mechanism, unsupported: str = "raise"):
     constraints = pin.StdVec_RigidConstraintModel()
     cpa, cpb = g(mech.cut_pose_a), g(mech.cut_pose_b)
     groups = {n: gr for gr in t.groups for n in gr.names}
-    for li, (name, typ) in enumerate(zip(t.loop_names, t.loop_types)):
+    for li, (name, typ) in enumerate(zip(t.loop_names, t.loop_types, strict=True)):
         ctype = None
         if typ == "point":
             ctype = pin.ContactType.CONTACT_3D
@@ -169,7 +169,7 @@ def to_pinocchio(mech: Mechanism, unsupported: str = "raise"):
                 )
             continue
         sides = []
-        for b, T in zip(t.loop_bodies[li], (cpa[li], cpb[li])):
+        for b, T in zip(t.loop_bodies[li], (cpa[li], cpb[li]), strict=True):
             sides.append((0, T) if b < 0 else (int(jid[b]), T_jb[b] @ T))
         (j1, P1), (j2, P2) = sides
         cm = pin.RigidConstraintModel(ctype, model, j1, pin.SE3(P1), j2, pin.SE3(P2), pin.ReferenceFrame.LOCAL)
