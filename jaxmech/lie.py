@@ -41,9 +41,7 @@ def hat(w: Array) -> Array:
 
 def vee(W: Array) -> Array:
     """Inverse of :func:`hat` (uses the antisymmetric part). (..., 3, 3) -> (..., 3)."""
-    return 0.5 * jnp.stack(
-        [W[..., 2, 1] - W[..., 1, 2], W[..., 0, 2] - W[..., 2, 0], W[..., 1, 0] - W[..., 0, 1]], -1
-    )
+    return 0.5 * jnp.stack([W[..., 2, 1] - W[..., 1, 2], W[..., 0, 2] - W[..., 2, 0], W[..., 1, 0] - W[..., 0, 1]], -1)
 
 
 # ----------------------------------------------------------------------------- SO(3)
@@ -136,15 +134,30 @@ def quat_from_matrix(R: Array) -> Array:
                 -1,
             ),
             jnp.stack(
-                [R[..., 2, 1] - R[..., 1, 2], 1 + m00 - m11 - m22, R[..., 0, 1] + R[..., 1, 0], R[..., 0, 2] + R[..., 2, 0]],
+                [
+                    R[..., 2, 1] - R[..., 1, 2],
+                    1 + m00 - m11 - m22,
+                    R[..., 0, 1] + R[..., 1, 0],
+                    R[..., 0, 2] + R[..., 2, 0],
+                ],
                 -1,
             ),
             jnp.stack(
-                [R[..., 0, 2] - R[..., 2, 0], R[..., 0, 1] + R[..., 1, 0], 1 - m00 + m11 - m22, R[..., 1, 2] + R[..., 2, 1]],
+                [
+                    R[..., 0, 2] - R[..., 2, 0],
+                    R[..., 0, 1] + R[..., 1, 0],
+                    1 - m00 + m11 - m22,
+                    R[..., 1, 2] + R[..., 2, 1],
+                ],
                 -1,
             ),
             jnp.stack(
-                [R[..., 1, 0] - R[..., 0, 1], R[..., 0, 2] + R[..., 2, 0], R[..., 1, 2] + R[..., 2, 1], 1 - m00 - m11 + m22],
+                [
+                    R[..., 1, 0] - R[..., 0, 1],
+                    R[..., 0, 2] + R[..., 2, 0],
+                    R[..., 1, 2] + R[..., 2, 1],
+                    1 - m00 - m11 + m22,
+                ],
                 -1,
             ),
         ],
@@ -236,9 +249,7 @@ def adjoint(T: Array) -> Array:
     """``Ad_T = [[R, 0], [p^ R, R]]`` (..., 6, 6): maps twists in the child frame to the parent."""
     R, p = T[..., :3, :3], T[..., :3, 3]
     z = jnp.zeros_like(R)
-    return jnp.concatenate(
-        [jnp.concatenate([R, z], -1), jnp.concatenate([hat(p) @ R, R], -1)], -2
-    )
+    return jnp.concatenate([jnp.concatenate([R, z], -1), jnp.concatenate([hat(p) @ R, R], -1)], -2)
 
 
 def small_adjoint(xi: Array) -> Array:
@@ -267,12 +278,7 @@ def _se3_Q(xi: Array) -> Array:
     WV, VW = W @ V, V @ W
     WVW = W @ V @ W
     e = lambda x: x[..., None, None]  # noqa: E731
-    return (
-        0.5 * V
-        + e(c1) * (WV + VW + WVW)
-        + e(c2) * (W @ WV + VW @ W - 3 * WVW)
-        + e(c3) * (WVW @ W + W @ WVW)
-    )
+    return 0.5 * V + e(c1) * (WV + VW + WVW) + e(c2) * (W @ WV + VW @ W - 3 * WVW) + e(c3) * (WVW @ W + W @ WVW)
 
 
 def se3_left_jacobian(xi: Array) -> Array:

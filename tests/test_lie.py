@@ -33,7 +33,7 @@ def _rotvecs():
 
 
 ROTVECS = _rotvecs()
-TWISTS = [np.concatenate([w, RNG.normal(size=3) * s]) for w, s in zip(ROTVECS, [1.0, 0.1, 2.0] * 10)]
+TWISTS = [np.concatenate([w, RNG.normal(size=3) * s]) for w, s in zip(ROTVECS, [1.0, 0.1, 2.0] * 10, strict=False)]
 TWISTS.append(np.zeros(6))
 TWISTS.append(np.array([0, 0, 0, 0.3, -0.2, 0.5]))  # pure translation
 
