@@ -1,0 +1,367 @@
+"""Velocity / acceleration reduction, curvature, task maps and actuator ports.
+
+References: ``jax.jvp`` of the analytic closure Jacobian (curvature), ``jax.jacfwd`` of port
+values along ``integrate`` (port Jacobian), numpy SVD null spaces (tangent maps), finite
+differences of ``jm.track`` (velocity lift).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxmech as jm
+from jaxmech import reduction as red
+from jaxmech.curvature import closure_bias, closure_bias_autodiff
+
+CLOSED = ["four_bar", "five_bar", "slider_crank", "stewart", "stewart_graph", "excavator", "two_module"]
+BATCH = 4
+
+
+def _load(configs_dir, name):
+    p = configs_dir / f"{name}.toml"
+    if not p.exists():
+        pytest.skip(f"{name}.toml not shipped")
+    return jm.load(p)
+
+
+def _assembled(mech, n, seed=0, scale=0.05):
+    """n closure-consistent states: actuated coordinates of q0 perturbed, passive assembled."""
+    key = jax.random.PRNGKey(seed)
+    act_q = mech.q_indices([mech.topo.joint_names[int(mech.topo.v_body[i])] for i in mech.topo.actuated_v])
+    act_q = np.unique(act_q)
+    noise = scale * jax.random.uniform(key, (n, act_q.size), minval=-1, maxval=1)
+    guesses = jnp.broadcast_to(mech.q0, (n, mech.nq)).at[:, act_q].add(noise)
+    res = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))(guesses)
+    ok = np.asarray(res.status) == 0
+    assert ok.sum() >= max(1, n // 2), f"{mech.name}: assembly failed for {np.sum(~ok)} of {n} states"
+    return res.q[ok]
+
+
+def _reduction_checks(mech, independent=None, d=None):
+    def f(q, v_seed, udot):
+        C = jm.closure_jacobian(mech, q)
+        tm = red.tangent_map_status(mech, q, independent, d)
+        u = v_seed[: tm.E.shape[1]]
+        v = tm.E @ u
+        gam = closure_bias(mech, q, v)
+        a, _ = red.acceleration_lift(mech, q, v, udot[: tm.E.shape[1]], independent, d)
+        return C, tm, v, gam, closure_bias_autodiff(mech, q, v), a
+
+    return jax.jit(jax.vmap(f))
+
+
+@pytest.fixture(scope="module", params=CLOSED)
+def closed(request, configs_dir):
+    mech = _load(configs_dir, request.param)
+    return mech, _assembled(mech, BATCH)
+
+
+def _null_dim(C, rtol=1e-9):
+    s = np.linalg.svd(C, compute_uv=False)
+    return C.shape[1] - int(np.sum(s > rtol * s[0])) if s.size else C.shape[1]
+
+
+def test_tangent_map_and_acceleration_lift(closed):
+    mech, Q = closed
+    assert np.max(np.abs(jax.vmap(lambda q: jm.closure_residual(mech, q))(Q))) < 1e-9
+    n = Q.shape[0]
+    key = jax.random.PRNGKey(1)
+    vs = jax.random.normal(key, (n, mech.nv))
+    ud = jax.random.normal(jax.random.PRNGKey(2), (n, mech.nv))
+    C, tm, v, gam, gam_ad, a = _reduction_checks(mech)(Q, vs, ud)
+    C, E, v, gam, gam_ad, a = map(np.asarray, (C, tm.E, v, gam, gam_ad, a))
+    assert np.all(np.asarray(tm.status) == red.OK), np.asarray(tm.status)
+    for k in range(n):
+        d = _null_dim(C[k])
+        assert E.shape[-1] == d, (mech.name, E.shape, d)
+        assert np.max(np.abs(C[k] @ E[k])) <= 1e-12 * max(1.0, np.abs(E[k]).max())
+        assert np.linalg.matrix_rank(E[k]) == d
+        # E spans the SVD null space of C
+        _, s, Vt = np.linalg.svd(C[k])
+        N = Vt[mech.nv - d :].T
+        assert np.linalg.matrix_rank(np.hstack([E[k], N]), tol=1e-8) == d
+        scale = max(1.0, np.abs(gam_ad[k]).max())
+        assert np.max(np.abs(gam[k] - gam_ad[k])) <= 1e-10 * scale
+        assert np.max(np.abs(C[k] @ a[k] + gam[k])) <= 1e-11 * max(1.0, np.abs(a[k]).max())
+        # a = E udot + a_gamma with a[I] = udot
+        np.testing.assert_allclose(a[k][np.asarray(tm.independent[k])], np.asarray(ud[k][: E.shape[-1]]), atol=1e-13)
+
+
+def test_auto_independent_matches_rank(closed):
+    mech, Q = closed
+    q = Q[0]
+    d = mech.nv - int(jm.rank.numerical_rank(jm.closure_jacobian(mech, q)))
+    tm = red.tangent_map_status(mech, q, "auto")  # concrete q: d computed here
+    assert tm.E.shape == (mech.nv, d) and int(tm.status) == red.OK
+    f = jax.jit(jax.vmap(lambda q: red.tangent_map_status(mech, q, "auto", d=d)))
+    out = f(Q)
+    assert np.all(np.asarray(out.status) == 0)
+    CE = jax.vmap(lambda q, E: jm.closure_jacobian(mech, q) @ E)(Q, out.E)
+    assert float(jnp.max(jnp.abs(CE))) <= 1e-12 * max(1.0, float(jnp.max(jnp.abs(out.E))))
+    with pytest.raises(ValueError, match="static mobility"):
+        jax.jit(lambda q: red.tangent_map(mech, q, "auto"))(q)
+
+
+@pytest.mark.parametrize("name", ["four_bar", "stewart", "excavator", "cassie", "two_module"])
+def test_curvature_random_states(configs_dir, name):
+    """gamma = Cdot v against jax.jvp at random (not closed) states and velocities."""
+    mech = _load(configs_dir, name)
+    keys = jax.random.split(jax.random.PRNGKey(3), BATCH)
+    Q = jax.vmap(lambda k: jm.random_configuration(mech, k))(keys)
+    V = jax.random.normal(jax.random.PRNGKey(4), (BATCH, mech.nv))
+    g, gr = jax.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
+    scale = jnp.maximum(1.0, jnp.max(jnp.abs(gr), -1))
+    assert float(jnp.max(jnp.max(jnp.abs(g - gr), -1) / scale)) <= 1e-10
+
+
+def test_curvature_all_row_types():
+    """Every cut / constraint type, a free base, spherical and universal joints in the paths."""
+    G = jm.Graph(name="mix")
+    G.add_body("base", mass=1, inertia=[0.1, 0.1, 0.1])
+    G.add_joint("root", "free", "world", "base")
+    prev = "base"
+    for i, t in enumerate(["revolute", "universal", "prismatic", "cylindrical"]):
+        G.add_body(f"l{i}", mass=1, inertia=[0.1, 0.1, 0.1])
+        G.add_joint(
+            f"j{i}", t, prev, f"l{i}", parent_pose=jm.pose([0.1, 0.2, 0.3], rpy=[0.1, 0.2, 0.3]), axis=[0.3, 0.5, 0.8]
+        )
+        prev = f"l{i}"
+    G.add_body("s", mass=1, inertia=[0.1, 0.1, 0.1])
+    G.add_joint("js", "spherical", "base", "s", parent_pose=jm.pose([0.3, 0, 0]))
+    for k, t in enumerate(["weld", "point", "revolute", "universal", "prismatic", "cylindrical", "distance"]):
+        G.add_constraint(
+            f"c{k}",
+            t,
+            body_a="s",
+            body_b=prev,
+            pose_a=jm.pose([0.1 * k, 0.2, 0], rpy=[0.3, k * 0.1, 0.2]),
+            pose_b=jm.pose([0, 0.1, 0.05 * k], rpy=[0.1, 0.2, 0.3 * k]),
+            length=0.3,
+        )
+    G.add_constraint("cp", "pose", body_a="world", body_b="l1", axes=[1, 0, 1, 0, 1, 1])
+    G.add_coupling("cc", {"j0": 1.0, "j2": -0.5})
+    mech = jm.compile(G)
+    keys = jax.random.split(jax.random.PRNGKey(5), BATCH)
+    Q = jax.vmap(lambda k: jm.random_configuration(mech, k))(keys)
+    V = jax.random.normal(jax.random.PRNGKey(6), (BATCH, mech.nv))
+    g, gr = jax.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
+    assert g.shape == (BATCH, mech.n_rows)
+    scale = jnp.maximum(1.0, jnp.max(jnp.abs(gr), -1))
+    assert float(jnp.max(jnp.max(jnp.abs(g - gr), -1) / scale)) <= 1e-10
+
+
+def test_curvature_second_derivative_of_residual(configs_dir):
+    """Independent of the analytic C: d^2/dt^2 rho(q (+) v t) at t=0 equals gamma (a = 0)."""
+    mech = _load(configs_dir, "stewart")
+    q = jm.random_configuration(mech, jax.random.PRNGKey(7))
+    v = jax.random.normal(jax.random.PRNGKey(8), (mech.nv,))
+
+    def rho(t):
+        return jm.closure_residual(mech, jm.integrate(mech, q, v, t))
+
+    d1 = lambda t: jax.jvp(rho, (t,), (1.0,))[1]  # noqa: E731
+    d2 = jax.jvp(d1, (0.0,), (1.0,))[1]
+    np.testing.assert_allclose(np.asarray(closure_bias(mech, q, v)), np.asarray(d2), atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- ports
+
+
+@pytest.mark.parametrize("name", ["stewart", "excavator", "slider_crank", "five_bar"])
+def test_port_jacobian_and_virtual_work(configs_dir, name):
+    mech = _load(configs_dir, name)
+    if not mech.topo.port_names:
+        pytest.skip("no ports")
+    Q = _assembled(mech, 2)
+
+    def f(q, v, fp):
+        P = red.port_jacobian(mech, q)
+        Pd = jax.jacfwd(lambda dv: red.port_values(mech, jm.integrate(mech, q, dv)))(jnp.zeros(mech.nv, q.dtype))
+        E = red.tangent_map(mech, q)
+        u = v[: E.shape[1]]
+        vv = E @ u
+        tau = red.port_effort(mech, q, fp)
+        return P, Pd, fp @ (P @ vv), tau @ vv, (E.T @ P.T) @ fp, E.T @ tau
+
+    V = jax.random.normal(jax.random.PRNGKey(9), (Q.shape[0], mech.nv))
+    F = jax.random.normal(jax.random.PRNGKey(10), (Q.shape[0], len(mech.topo.port_names)))
+    P, Pd, w1, w2, r1, r2 = jax.jit(jax.vmap(f))(Q, V, F)
+    assert float(jnp.max(jnp.abs(P - Pd))) <= 1e-10 * max(1.0, float(jnp.max(jnp.abs(Pd))))
+    assert float(jnp.max(jnp.abs(w1 - w2) / jnp.maximum(1.0, jnp.abs(w1)))) <= 1e-12
+    assert float(jnp.max(jnp.abs(r1 - r2))) <= 1e-12 * max(1.0, float(jnp.max(jnp.abs(r1))))
+
+
+@pytest.mark.parametrize("name", ["excavator", "stewart"])
+def test_port_space_drive_matches_joint_space(configs_dir, name):
+    """Driving by port (cylinder / leg) speeds gives the same full velocities as joint speeds."""
+    mech = _load(configs_dir, name)
+    Q = _assembled(mech, 2)
+    ports = list(mech.topo.port_names)
+    d = mech.nv - int(jm.rank.numerical_rank(jm.closure_jacobian(mech, Q[0])))
+    if len(ports) != d:
+        # excavator: twin boom cylinders -> keep one port per actuated coordinate
+        ports = [p for p in ports if "right" not in p][:d]
+    assert len(ports) == d
+
+    def f(q, u):
+        E = red.tangent_map(mech, q)
+        v = E @ u
+        pdot = red.port_jacobian(mech, q)[red._port_index(mech, ports)] @ v
+        tm = red.port_tangent_map_status(mech, q, ports)
+        return v, tm.E @ pdot, tm.status
+
+    U = jax.random.normal(jax.random.PRNGKey(11), (Q.shape[0], d))
+    v1, v2, st = jax.jit(jax.vmap(f))(Q, U)
+    assert np.all(np.asarray(st) == 0)
+    assert float(jnp.max(jnp.abs(v1 - v2))) <= 1e-12 * max(1.0, float(jnp.max(jnp.abs(v1))))
+
+
+def test_port_tangent_map_wrong_count(configs_dir):
+    mech = _load(configs_dir, "slider_crank")  # two ports (crank, piston), mobility 1
+    q = _assembled(mech, 1)[0]
+    assert int(red.port_tangent_map_status(mech, q).status) != red.OK
+    for p in mech.topo.port_names:
+        tm = red.port_tangent_map_status(mech, q, [p])
+        assert int(tm.status) == red.OK
+        P = red.port_jacobian(mech, q)[red._port_index(mech, [p])]
+        np.testing.assert_allclose(np.asarray(P @ tm.E), [[1.0]], atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- statuses
+
+
+def _four_bar_dead_point(mech):
+    """Crank and coupler collinear: the rocker is at an extreme, its speed cannot drive."""
+    th = np.arccos((0.45**2 + 0.4**2 - 0.3**2) / (2 * 0.45 * 0.4))
+    tip = 0.45 * np.array([np.cos(th), np.sin(th)])
+    u = (tip - np.array([0.4, 0.0])) / 0.3
+    phi = np.arctan2(u[1], u[0]) - th  # rocker x axis relative to the coupler
+    q = np.zeros(mech.nq)
+    q[mech.q_slice("crank")] = th
+    q[mech.q_slice("coupler")] = 0.0
+    q[mech.q_slice("rocker_coupler")] = phi
+    return jnp.asarray(q)
+
+
+def test_status_singular_and_inconsistent(configs_dir):
+    mech = _load(configs_dir, "four_bar")
+    assert mech.joint_names == ("crank", "coupler", "rocker_coupler")
+    q = _four_bar_dead_point(mech)
+    assert float(jnp.max(jnp.abs(jm.closure_residual(mech, q)))) < 1e-12
+    tm = red.tangent_map_status(mech, q, ["rocker_coupler"])
+    assert int(tm.status) == red.SINGULAR and bool(jnp.all(jnp.isfinite(tm.E)))
+    assert int(red.tangent_map_status(mech, q, ["crank"]).status) == red.OK
+    tm2 = red.tangent_map_status(mech, mech.q0, ["crank", "coupler"])  # two speeds, mobility 1
+    assert int(tm2.status) != red.OK
+    with pytest.raises(KeyError):
+        red.tangent_map(mech, q, ["nope"])
+
+
+# ----------------------------------------------------------------------------- tracking
+
+
+def test_velocity_lift_matches_track_finite_differences(configs_dir):
+    if not hasattr(jm, "track"):
+        pytest.skip("jm.track not available")
+    mech = _load(configs_dir, "four_bar")
+    q0 = _assembled(mech, 1)[0]
+    th0 = float(q0[mech.q_slice("crank")][0])
+    h = 1e-5
+    path = jnp.array([[th0], [th0 + h], [th0 + 2 * h]])
+    out = jm.track(mech, q0, path)
+    qs = out.q
+    v_fd = np.asarray(jm.difference(mech, qs[0], qs[2])) / (2 * h)
+    E = np.asarray(red.tangent_map(mech, qs[1]))
+    np.testing.assert_allclose(E[:, 0], v_fd, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- task constraints
+
+
+def _go2_support_mech(configs_dir, feet):
+    g = jm.read_graph(configs_dir / "go2.toml")
+    base = jm.compile(g)
+    q = jnp.asarray(base.q0).at[2].set(0.3)
+    for j, val in (("thigh", 0.8), ("calf", -1.5)):
+        for leg in ("FL", "FR", "RL", "RR"):
+            q = q.at[base.q_slice(f"{leg}_{j}_joint")].set(val)
+    g2 = g.copy()
+    red.add_support_points(g2, base, q, [f"{f}_foot_center" for f in feet])
+    mech = jm.compile(g2)
+    assert mech.nv == 18
+    return mech, jm.difference(base, base.q0, q), base, q
+
+
+@pytest.mark.parametrize("feet,d", [(("FL", "RR"), 12), (("FL", "FR", "RL"), 9), (("FL", "FR", "RL", "RR"), 6)])
+def test_go2_support_modes(configs_dir, feet, d):
+    if not (configs_dir / "go2.toml").exists():
+        pytest.skip("go2 config missing")
+    mech, _, base, q = _go2_support_mech(configs_dir, feet)
+    # the supported mechanism's q layout equals the base one (same tree)
+    assert mech.joint_names == base.joint_names
+    assert float(jnp.max(jnp.abs(jm.closure_residual(mech, q)))) < 1e-12
+    C = np.asarray(jm.closure_jacobian(mech, q))
+    assert _null_dim(C) == d
+    tm = red.tangent_map_status(mech, q, "auto")
+    E = np.asarray(tm.E)
+    assert E.shape == (18, d) and int(tm.status) == red.OK
+    assert np.max(np.abs(C @ E)) <= 1e-12 * max(1.0, np.abs(E).max())
+    _, s, Vt = np.linalg.svd(C)
+    assert np.linalg.matrix_rank(np.hstack([E, Vt[18 - d :].T]), tol=1e-8) == d
+    # reduced task Jacobian of the base: the supported feet do not move
+    Jt = red.task_jacobian(mech, q, feet[0] + "_foot_center", tm.E, "world_aligned")
+    assert float(jnp.max(jnp.abs(Jt[3:]))) <= 1e-12
+
+
+def test_panda_coupling_and_tool_target(configs_dir):
+    if not (configs_dir / "panda.toml").exists():
+        pytest.skip("panda config missing")
+    g = jm.read_graph(configs_dir / "panda.toml")
+    base = jm.compile(g)
+    q = jnp.asarray(base.q0)
+    q = q.at[:7].set(jnp.array([0.1, -0.5, 0.2, -2.0, 0.1, 1.6, 0.7])).at[7:].set(0.02)
+    g2 = g.copy()
+    if not base.topo.coupling_names:
+        red.add_equal_coupling(g2, "panda_finger_joint1", "panda_finger_joint2")
+    red.add_tool_target(g2, "tool", np.asarray(jm.frame_pose(base, q, "tool")))
+    mech = jm.compile(g2)
+    assert float(jnp.max(jnp.abs(jm.closure_residual(mech, q)))) < 1e-12
+    C = np.asarray(jm.closure_jacobian(mech, q))
+    assert _null_dim(C) == 2
+    tm = red.tangent_map_status(mech, q, "auto")
+    E = np.asarray(tm.E)
+    assert E.shape == (9, 2) and int(tm.status) == red.OK
+    assert np.max(np.abs(C @ E)) <= 1e-12
+    _, s, Vt = np.linalg.svd(C)
+    assert np.linalg.matrix_rank(np.hstack([E, Vt[-2:].T]), tol=1e-8) == 2
+    # named: the arm's null-space motion is parametrized by joint 3 (elbow redundancy) and a finger
+    tm2 = red.tangent_map_status(mech, q, ["panda_joint3", "panda_finger_joint1"])
+    assert int(tm2.status) == red.OK
+    np.testing.assert_allclose(C @ np.asarray(tm2.E), 0.0, atol=1e-12)
+    # the tool does not move along the lift
+    assert float(jnp.max(jnp.abs(red.task_jacobian(mech, q, "tool", tm.E)))) <= 1e-12
+
+
+# ----------------------------------------------------------------------------- slow tier
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["stewart", "excavator", "two_module"])
+def test_reduction_thousand_states(configs_dir, name):
+    mech = _load(configs_dir, name)
+    Q = _assembled(mech, 1000, seed=11, scale=0.1)
+    n = Q.shape[0]
+    vs = jax.random.normal(jax.random.PRNGKey(12), (n, mech.nv))
+    ud = jax.random.normal(jax.random.PRNGKey(13), (n, mech.nv))
+    C, tm, v, gam, gam_ad, a = _reduction_checks(mech)(Q, vs, ud)
+    assert np.all(np.asarray(tm.status) == 0)
+    E = tm.E
+    sE = jnp.maximum(1.0, jnp.max(jnp.abs(E), (1, 2)))
+    assert float(jnp.max(jnp.max(jnp.abs(jnp.einsum("bsn,bnd->bsd", C, E)), (1, 2)) / sE)) <= 1e-12
+    sg = jnp.maximum(1.0, jnp.max(jnp.abs(gam_ad), -1))
+    assert float(jnp.max(jnp.max(jnp.abs(gam - gam_ad), -1) / sg)) <= 1e-10
+    sa = jnp.maximum(1.0, jnp.max(jnp.abs(a), -1))
+    assert float(jnp.max(jnp.max(jnp.abs(jnp.einsum("bsn,bn->bs", C, a) + gam), -1) / sa)) <= 1e-11
