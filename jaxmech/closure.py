@@ -10,7 +10,8 @@ and each cut type turns ``Delta`` and ``W`` into its rows:
 
 * weld / pose: ``rho = Log(Delta)``, rows ``J_l^-1(rho) W`` (selected axes for ``pose``);
 * point: ``p = translation(Delta)``, rows ``[-p^, I] W``;
-* revolute / cylindrical / universal: ``p`` rows plus axis rows ``e_i . R e_k`` with rate
+* revolute / cylindrical / universal: ``p`` rows plus axis rows ``e_i . R e_k`` (universal minus
+  ``cut_length`` = cos of the angle between its axes) with rate
   ``-e_i^T (R e_k)^ omega``;
 * prismatic: ``log(R)`` rows ``J_l^-1_SO3 omega`` plus the two transverse ``p`` rows;
 * distance: ``|p| - length`` with rate ``p^T v / |p|``;
@@ -109,6 +110,7 @@ def _rows(mech: Mechanism, g: LoopGroup, Delta: jnp.ndarray, W: jnp.ndarray, wit
             jac = jnp.concatenate([dp[:, :2], d], 1) if with_jac else None
         elif t == "universal":
             v, d = axis_rows([(0, 1)])
+            v = v - mech.cut_length[g.param_index][:, None]  # cos of the axes' angle (0 if perpendicular)
             res = jnp.concatenate([p, v], -1)
             jac = jnp.concatenate([dp, d], 1) if with_jac else None
         elif t == "prismatic":

@@ -279,7 +279,10 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
         elif ctype == "universal":
             A = A @ _rot_pose(_align(j.axis, 0))
             B = B @ _rot_pose(_align(j.axis2, 1))
-        loops.append((j.name, ctype, bi[j.parent], bi[j.child], A, B, (True,) * 6, 0.0))
+        # A universal cut keeps the angle between its axes: x_A . y_B = axis . axis2 (zero only for
+        # perpendicular axes); the constant rides in cut_length (closure.py subtracts it).
+        c0 = float(j.axis @ j.axis2) if ctype == "universal" else 0.0
+        loops.append((j.name, ctype, bi[j.parent], bi[j.child], A, B, (True,) * 6, c0))
     couplings: list[Constraint] = []
     for c in g.constraints.values():
         if c.type == "coupling":
