@@ -93,7 +93,13 @@ class AssemblyOptions:
     ``max_iter``: total corrector iterations; ``max_inner``: per homotopy point; ``dlam0`` /
     ``dlam_min``: initial / minimum homotopy increment; ``max_step``: cap on the max-abs passive
     step (rad, m) per iteration; ``mu0`` / ``mu_max``: initial / give-up LM damping (relative to
-    the largest diagonal entry of ``J^T J``)."""
+    the largest diagonal entry of ``J^T J``); ``xtol``: a converged solution whose Newton
+    correction ``|R_p^-1 rho_sel|`` (the passive-coordinate error estimate, rad / m) exceeds
+    ``xtol`` is reported ``SINGULAR`` (at a singular root, e.g. a four-bar dead centre, the
+    residual vanishes quadratically while the coordinates are resolved only to its square root);
+    ``rcond_fail``: a failed run whose last passive block had a reciprocal condition below this
+    is reported ``SINGULAR`` (the continuation ran into a fold: dead centre, workspace boundary)
+    rather than ``STEP_TOO_SMALL`` / ``MAX_ITERATIONS``."""
 
     tol: float = 1e-13
     tol_mid: float = 1e-8
@@ -101,13 +107,15 @@ class AssemblyOptions:
     raw_tol_mid: float = 1e-5
     rcond_min: float = 1e-8
     rank_rtol: float = 1e-9
-    max_iter: int = 200
-    max_inner: int = 25
+    max_iter: int = 300
+    max_inner: int = 12
     dlam0: float = 0.5
     dlam_min: float = 1e-3
     max_step: float = 0.5
     mu0: float = 1e-6
     mu_max: float = 1e8
+    xtol: float = 1e-10
+    rcond_fail: float = 1e-4
 
 
 def make_options(**kw) -> AssemblyOptions:
@@ -474,6 +482,10 @@ def _finish(mech, part, q_out, opts, pre_status, finished, too_small, rc_last, d
             select_rows(C[:, p], n_p) if n_p <= mech.n_rows else (jnp.zeros(n_p, jnp.int32), jnp.zeros((), dtype))
         )
         residual = jnp.max(jnp.abs(r))
+        Rp = C[rows][:, p]
+        good = jnp.all(jnp.isfinite(Rp)) & (rc > 0)
+        newton = jnp.linalg.solve(jnp.where(good, Rp, jnp.eye(n_p, dtype=dtype)), r[rows]) if n_p else r[:0]
+        err = jnp.where(good, jnp.max(jnp.abs(newton)) if n_p else 0.0, jnp.inf)
     else:
         rank, rows, rc, residual = (
             jnp.zeros((), jnp.int32),
@@ -487,9 +499,11 @@ def _finish(mech, part, q_out, opts, pre_status, finished, too_small, rc_last, d
         at_bound = jnp.any((q_out[iq] <= mech.lower[iq] + span) | (q_out[iq] >= mech.upper[iq] - span))
     else:
         at_bound = jnp.asarray(False)
-    ok_status = jnp.where(rank > n_p, OVERDETERMINED, jnp.where(rc >= opts.rcond_min, CONVERGED, SINGULAR))
+    xtol = max(opts.xtol, 1e4 * float(jnp.finfo(dtype).eps))
+    regular = (rc >= opts.rcond_min) & (err <= xtol)
+    ok_status = jnp.where(rank > n_p, OVERDETERMINED, jnp.where(regular, CONVERGED, SINGULAR))
     fail_status = jnp.where(
-        jnp.minimum(rc_last, rc) < opts.rcond_min,
+        jnp.minimum(rc_last, rc) < max(opts.rcond_fail, opts.rcond_min),
         SINGULAR,
         jnp.where(at_bound, OUT_OF_BOUNDS, jnp.where(too_small, STEP_TOO_SMALL, MAX_ITERATIONS)),
     )

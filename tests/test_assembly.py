@@ -1,0 +1,269 @@
+"""Assembly and tracking against closed forms (Freudenstein four-bar, Stewart leg lengths),
+statuses for bad inputs, and implicit gradients against central finite differences."""
+
+import tomllib
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+import jaxmech as jm
+from jaxmech import assembly as A
+
+# ----------------------------------------------------------------------------- references
+
+
+def wrap(x):
+    return (np.asarray(x) + np.pi) % (2 * np.pi) - np.pi
+
+
+def freudenstein(th2, a, b, c, d, branch):
+    """Closed-form four-bar (Norton, Design of Machinery, eqs. 4.10): rocker angle theta4 from
+    the Freudenstein equation K1 cos t4 - K2 cos t2 + K3 = cos(t2 - t4), coupler angle from the
+    joint B. Returns our joint coordinates (crank, coupler - crank, rocker - coupler)."""
+    K1, K2, K3 = d / a, d / c, (a * a - b * b + c * c + d * d) / (2 * a * c)
+    Aq = np.cos(th2) - K1 - K2 * np.cos(th2) + K3
+    Bq = -2 * np.sin(th2)
+    Cq = K1 - (K2 + 1) * np.cos(th2) + K3
+    th4 = 2 * np.arctan2(-Bq + branch * np.sqrt(Bq * Bq - 4 * Aq * Cq), 2 * Aq)
+    Bx, By = d + c * np.cos(th4), c * np.sin(th4)
+    th3 = np.arctan2(By - a * np.sin(th2), Bx - a * np.cos(th2))
+    return np.stack([th2, wrap(th3 - th2), wrap(th4 - th3)], -1)
+
+
+FB = dict(a=0.1, b=0.35, c=0.3, d=0.4)  # configs/four_bar.toml
+
+
+@pytest.fixture(scope="module")
+def four_bar(configs_dir):
+    return jm.load(configs_dir / "four_bar.toml")
+
+
+@pytest.fixture(scope="module")
+def solve():
+    """One compiled batched assembly per topology; the model is an argument (no recompiles for
+    changed lengths)."""
+    return jax.jit(jax.vmap(lambda m, q: jm.assemble(m, q), in_axes=(None, 0)))
+
+
+PAD = 250  # every batched call uses this batch size, so each topology compiles once
+
+
+def run(solve, mech, guesses):
+    """Assemble a batch of any size in chunks of PAD (padded with q0) with one compiled solve."""
+    g = np.asarray(guesses, dtype=float)
+    outs = []
+    for k in range(0, len(g), PAD):
+        chunk = g[k : k + PAD]
+        n = len(chunk)
+        padded = np.concatenate([chunk, np.tile(np.asarray(mech.q0), (PAD - n, 1))])
+        outs.append(jax.tree.map(lambda x, n=n: np.asarray(x)[:n], solve(mech, jnp.asarray(padded))))
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
+
+
+def with_lengths(mech, a, b, c):
+    """The four-bar with crank a, coupler b, rocker c (same topology, new array leaves)."""
+    jc, jr = mech.joint_names.index("coupler"), mech.joint_names.index("rocker_coupler")
+    Xp = mech.X_parent.at[jc, 0, 3].set(a).at[jr, 0, 3].set(b)
+    Xc = mech.X_child_inv.at[jr, 0, 3].set(-c)
+    return eqx.tree_at(lambda m: (m.X_parent, m.X_child_inv), mech, (Xp, Xc))
+
+
+# ----------------------------------------------------------------------------- four-bar
+
+
+def test_four_bar_matches_freudenstein_on_both_branches(four_bar, solve):
+    th = np.linspace(-np.pi, np.pi, 1000, endpoint=False)
+    rng = np.random.default_rng(0)
+    for branch in (1, -1):
+        ref = freudenstein(th, **FB, branch=branch)
+        guess = ref + rng.uniform(-0.3, 0.3, ref.shape)
+        guess[:, 0] = th
+        r = run(solve, four_bar, guess)
+        assert np.all(np.asarray(r.status) == A.CONVERGED)
+        assert np.abs(wrap(np.asarray(r.q) - ref)).max() <= 1e-10
+        assert np.asarray(r.residual).max() <= 1e-12
+        assert np.all(np.asarray(r.rank) == 2)
+
+
+def test_nan_guess_does_not_poison_batch(four_bar, solve):
+    th = np.linspace(0.0, 1.0, 6)
+    ref = freudenstein(th, **FB, branch=1)
+    guess = ref + 0.1
+    guess[:, 0] = th
+    guess[2] = np.nan
+    guess[4, 1] = np.inf
+    r = run(solve, four_bar, guess)
+    st = np.asarray(r.status)
+    np.testing.assert_array_equal(st, [0, 0, A.NONFINITE_INPUT, 0, A.NONFINITE_INPUT, 0])
+    assert np.all(np.isfinite(np.asarray(r.q)))
+    np.testing.assert_allclose(np.asarray(r.q)[2], np.asarray(four_bar.q0))
+    good = st == 0
+    assert np.abs(wrap(np.asarray(r.q)[good] - ref[good])).max() <= 1e-10
+    assert "non-finite" in r.message()[2]
+
+
+def test_non_grashof_dead_centre_is_singular(four_bar, solve):
+    a, b, c, d = 0.3, 0.25, 0.2, 0.4  # s + l = 0.6 > p + q = 0.55: triple rocker
+    mech = with_lengths(four_bar, a, b, c)
+    th_max = np.arccos((a * a + d * d - (b + c) ** 2) / (2 * a * d))  # coupler and rocker collinear
+    A_ = a * np.array([np.cos(th_max), np.sin(th_max)])
+    u = np.array([d, 0.0]) - A_
+    toggle = np.array([th_max, wrap(np.arctan2(u[1], u[0]) - th_max), np.pi])
+    np.testing.assert_allclose(np.asarray(jm.closure_residual(mech, jnp.asarray(toggle))), 0.0, atol=1e-12)
+    inside = freudenstein(np.array([0.5 * th_max]), a, b, c, d, 1)[0]
+    guesses = np.stack([toggle, toggle + [0, 1e-6, -1e-6], toggle + [1e-3, 0, 0], inside + [0, 0.1, -0.1]])
+    r = run(solve, mech, guesses)
+    st = np.asarray(r.status)
+    assert st[0] == A.SINGULAR and st[1] == A.SINGULAR
+    assert st[2] != A.CONVERGED  # crank beyond its range: no closure
+    assert st[3] == A.CONVERGED
+    assert np.abs(wrap(np.asarray(r.q)[3] - inside)).max() <= 1e-10
+    assert np.all(np.isfinite(np.asarray(r.q)))
+
+
+def test_active_set_statuses_and_throw(four_bar):
+    q = jnp.asarray(freudenstein(np.array([0.3]), **FB, branch=1)[0])
+    under = jm.assemble(four_bar, q, active=[])
+    assert int(under.status) == A.UNDERDETERMINED
+    with pytest.raises(jm.AssemblyError, match="over-determined"):
+        jm.assemble(four_bar, q, active=["crank", "coupler"], throw=True)
+    with pytest.raises(ValueError, match="bad active"):
+        jm.assemble(four_bar, q, active=["no_such_joint"])
+    with pytest.raises(TypeError, match="unknown assembly options"):
+        jm.assemble(four_bar, q, tolerance=1.0)
+
+
+def test_track_four_bar_1000_steps(four_bar):
+    n = 1000
+    th = np.linspace(0.0, 4 * np.pi, n)
+    res = jax.jit(lambda q0, path: jm.track(four_bar, q0, path))(four_bar.q0, jnp.asarray(th)[:, None])
+    assert np.all(np.asarray(res.status) == A.CONVERGED)
+    assert np.asarray(res.residual).max() <= 1e-10
+    # continuous motion stays on the branch of the first (homotopy-acquired) configuration
+    refs = [freudenstein(wrap(th), **FB, branch=b) for b in (1, -1)]
+    ref = min(refs, key=lambda R: np.abs(wrap(np.asarray(res.q)[0] - R[0])).max())
+    assert np.abs(wrap(np.asarray(res.q) - ref)).max() <= 1e-10
+    assert int(np.asarray(res.fallback)[1:].sum()) == 0  # no re-acquisition needed
+
+
+def test_implicit_gradients_match_central_differences(four_bar, solve):
+    q0 = jnp.asarray(freudenstein(np.array([0.7]), **FB, branch=1)[0])
+    jr = four_bar.joint_names.index("rocker_coupler")
+
+    def f(mech, c):
+        return jm.assemble(mech, q0.at[0].set(c)).q
+
+    def fd_batch(mechs, cs):
+        qs = jnp.broadcast_to(q0, (len(cs), 3)).at[:, 0].set(jnp.asarray(cs))
+        return [run(solve, m, qs[k : k + 1]).q[0] for k, m in enumerate(mechs)]
+
+    h = 1e-5
+    c0 = 0.7
+    mech_p = eqx.tree_at(lambda m: m.X_parent, four_bar, four_bar.X_parent.at[jr, 0, 3].add(h))
+    mech_m = eqx.tree_at(lambda m: m.X_parent, four_bar, four_bar.X_parent.at[jr, 0, 3].add(-h))
+    qcp, qcm, qlp, qlm = fd_batch([four_bar, four_bar, mech_p, mech_m], [c0 + h, c0 - h, c0, c0])
+    fd_c, fd_l = (qcp - qcm) / (2 * h), (qlp - qlm) / (2 * h)
+
+    dmech = jax.tree.map(jnp.zeros_like, four_bar)
+    dmech_l = eqx.tree_at(lambda m: m.X_parent, dmech, dmech.X_parent.at[jr, 0, 3].set(1.0))
+    jvp = jax.jit(lambda m, c, dm, dc: jax.jvp(f, (m, c), (dm, dc))[1])
+    jv_c = np.asarray(jvp(four_bar, c0, dmech, 1.0))
+    jv_l = np.asarray(jvp(four_bar, c0, dmech_l, 0.0))
+    for jv, fd in ((jv_c, fd_c), (jv_l, fd_l)):
+        assert np.abs(jv - fd).max() <= 1e-6 * np.abs(fd).max()
+    assert jv_c[0] == pytest.approx(1.0)
+    # reverse mode (grad of the rocker angle) agrees with forward mode
+    gm, gc = jax.jit(jax.grad(lambda m, c: f(m, c)[2], argnums=(0, 1)))(four_bar, c0)
+    assert float(gc) == pytest.approx(jv_c[2], rel=1e-10)
+    assert float(gm.X_parent[jr, 0, 3]) == pytest.approx(jv_l[2], rel=1e-10)
+
+
+# ----------------------------------------------------------------------------- Stewart platform
+
+
+@pytest.fixture(scope="module")
+def stewart(configs_dir):
+    return jm.load(configs_dir / "stewart.toml")
+
+
+@pytest.fixture(scope="module")
+def stewart_geometry(configs_dir):
+    """Leg base points (world) and platform attachment points (platform frame) read from the
+    TOML source, independent of the compiled model."""
+    cfg = tomllib.loads((configs_dir / "stewart.toml").read_text())
+    J = {j["name"]: j for j in cfg["joint"]}
+    base = np.array([J[f"leg_{i}_u_x"]["parent_xyz"] for i in range(6)])
+    att = np.array([J[f"cut_{i}"]["child_xyz"] for i in range(6)])
+    return base, att
+
+
+def leg_lengths(geom, pos, quat_wxyz):
+    base, att = geom
+    R = Rotation.from_quat(np.asarray(quat_wxyz)[[1, 2, 3, 0]]).as_matrix()
+    return np.linalg.norm(pos + att @ R.T - base, axis=1)
+
+
+def test_stewart_forward_kinematics_from_perturbed_guesses(stewart, stewart_geometry):
+    mech = stewart
+    q0 = np.asarray(mech.q0)
+    lq = [mech.q_slice(f"leg_{i}_length").start for i in range(6)]
+    np.testing.assert_allclose(q0[lq], leg_lengths(stewart_geometry, q0[:3], q0[3:7]), atol=1e-12)
+    rng = np.random.default_rng(0)
+    B = 32
+    scale = np.full(mech.nv, 0.5)  # rad
+    fv = mech.v_indices(["platform_free"])
+    scale[fv[3:]] = 0.2  # m
+    scale[[mech.v_slice(f"leg_{i}_length").start for i in range(6)]] = 0.0  # actuated: exact
+    dv = rng.uniform(-1, 1, (B, mech.nv)) * scale
+    guesses = np.array(jax.vmap(lambda v: jm.integrate(mech, jnp.asarray(q0), v))(jnp.asarray(dv)))
+    guesses[5] = np.nan
+    free = eqx.tree_at(lambda m: (m.lower, m.upper), mech, (jnp.full(mech.nq, -jnp.inf), jnp.full(mech.nq, jnp.inf)))
+    unreachable = q0.copy()
+    unreachable[lq] = [0.5] * 5 + [3.0]  # leg 5 longer than any closure allows
+    guesses[7] = unreachable
+    solve_st = jax.jit(jax.vmap(lambda m, q: jm.assemble(m, q), in_axes=(None, 0)))
+    r = solve_st(free, jnp.asarray(guesses))
+    r = jax.tree.map(np.asarray, r)
+    st = np.asarray(r.status)
+    assert st[5] == A.NONFINITE_INPUT and st[7] not in (A.CONVERGED, A.NONFINITE_INPUT)
+    good = np.setdiff1d(np.arange(B), [5, 7])
+    ok = st[good] == A.CONVERGED
+    assert ok.mean() >= 0.9, f"success rate {ok.mean():.2f}, statuses {st}"
+    Q = np.asarray(r.q)
+    assert np.all(np.isfinite(Q))
+    assert np.asarray(r.residual)[good][ok].max() <= 1e-12
+    # forward kinematics: the converged states reproduce the platform pose of q0 (same branch)
+    d = np.asarray(jax.vmap(lambda q: jm.difference(mech, jnp.asarray(q0), q))(jnp.asarray(Q[good][ok])))
+    assert np.abs(d).max() <= 1e-9
+    # the bounded model reports the over-long leg as out of bounds
+    rb = solve_st(mech, jnp.asarray(np.concatenate([guesses[[0, 7]], np.tile(q0, (B - 2, 1))])))
+    np.testing.assert_array_equal(np.asarray(rb.status)[:2], [A.CONVERGED, A.OUT_OF_BOUNDS])
+
+
+def test_stewart_inverse_kinematics(stewart, stewart_geometry):
+    mech = stewart
+    q0 = np.asarray(mech.q0)
+    lq = [mech.q_slice(f"leg_{i}_length").start for i in range(6)]
+    rng = np.random.default_rng(1)
+    B = 12
+    G = np.tile(q0, (B, 1))
+    R0 = Rotation.from_quat(q0[[4, 5, 6, 3]])
+    for k in range(B):
+        G[k, :3] = q0[:3] + rng.uniform(-0.05, 0.05, 3)
+        G[k, 3:7] = (Rotation.from_rotvec(rng.uniform(-0.1, 0.1, 3)) * R0).as_quat()[[3, 0, 1, 2]]
+    G[3] = np.nan
+    G[4, 2] = 3.0  # platform 3 m up: legs would have to exceed their upper limit
+    r = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q, active="platform_free")))(jnp.asarray(G))
+    st = np.asarray(r.status)
+    assert st[3] == A.NONFINITE_INPUT and st[4] == A.OUT_OF_BOUNDS
+    good = np.setdiff1d(np.arange(B), [3, 4])
+    assert np.all(st[good] == A.CONVERGED)
+    Q = np.asarray(r.q)
+    for k in good:
+        np.testing.assert_allclose(Q[k, lq], leg_lengths(stewart_geometry, G[k, :3], G[k, 3:7]), rtol=0, atol=1e-12)
+    assert np.asarray(r.residual)[good].max() <= 1e-12
+    assert np.all(np.isfinite(Q))
