@@ -37,7 +37,7 @@ def resolve_config(path: str) -> Path:
     for cand in (configs_dir() / path, configs_dir() / f"{path}.toml"):
         if cand.exists():
             return cand
-    console.print(f"[red]error:[/] {path}: file not found (shipped examples: {', '.join(_examples())})")
+    console.print(f"[red]error:[/] {path}: file not found (shipped examples: {', '.join(_examples())})", soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -54,7 +54,7 @@ def load_or_exit(path: str):
     try:
         return load(resolve_config(path))
     except ModelError as e:
-        console.print(f"[red]error:[/] {e}")
+        console.print(f"[red]error:[/] {e}", soft_wrap=True)
         raise typer.Exit(2) from None
 
 

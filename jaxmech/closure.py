@@ -154,7 +154,9 @@ def _select_groups(mech: Mechanism, loops) -> tuple[list[LoopGroup], bool]:
                     row_offset=g.row_offset,
                 )
             )
-            object.__setattr__(out[-1], "_rows_index", (g.row_offset + np.nonzero(keep)[0][:, None] * r + np.arange(r)).ravel())
+            object.__setattr__(
+                out[-1], "_rows_index", (g.row_offset + np.nonzero(keep)[0][:, None] * r + np.arange(r)).ravel()
+            )
     return out, any(n in mech.topo.coupling_names for n in names)
 
 
