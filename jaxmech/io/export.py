@@ -216,7 +216,10 @@ def export_mjcf(
         if len(idx) not in (1, 2) or any(i not in q_joint for i in idx):
             warnings.warn(f"{t.name}: coupling '{nm}' (over {len(idx)} coordinates) not exported", stacklevel=2)
             continue
-        ia = idx[0]
+        # joint1 = the coordinate with coefficient +1 if any (a mimic's slave), else the first
+        ones = [i for i in idx if cq[k, i] == 1.0]
+        ia = ones[0] if ones else idx[0]
+        idx = [ia] + [i for i in idx if i != ia]
         ca = cq[k, ia]
         if len(idx) == 1:
             ET.SubElement(eq, "joint", name=nm, joint1=q_joint[ia], polycoef=_s([-co[k] / ca - qr[ia], 0, 0, 0, 0]))
