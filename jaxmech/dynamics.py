@@ -57,7 +57,9 @@ def _mv(A, x):
 
 def _cross_force(V, F):
     """``ad_V^* F = -ad_V^T F`` (..., 6): the spatial force cross product."""
-    return -jnp.einsum("...ji,...j->...i", lie.small_adjoint(V), F)
+    w, v = V[..., :3], V[..., 3:]
+    n, f = F[..., :3], F[..., 3:]
+    return jnp.concatenate([jnp.cross(w, n) + jnp.cross(v, f), jnp.cross(w, f)], -1)
 
 
 def _per_body(mech: Mechanism, x: jnp.ndarray) -> jnp.ndarray:
@@ -67,10 +69,31 @@ def _per_body(mech: Mechanism, x: jnp.ndarray) -> jnp.ndarray:
     return xe[np.where(vi >= 0, vi, x.shape[0])]
 
 
-def _parent_ext(mech: Mechanism) -> np.ndarray:
-    p = mech.topo.parent.copy()
-    p[p < 0] = len(mech.topo.body_names)
-    return p
+def _levels(mech: Mechanism):
+    """Padded level table (n_levels, width) and the parent of each entry (same shape) for ``lax.scan`` sweeps.
+
+    Slot ``nb`` is the world, slot ``nb + 1`` a scratch slot that absorbs the padding (its per-body
+    data are zeros, its parent is itself), so every level is one fixed-shape gather / scatter and
+    the traced program does not grow with the depth."""
+    topo = mech.topo
+    nb = len(topo.body_names)
+    width = max((len(lv) for lv in topo.levels), default=1)
+    tab = np.full((max(1, len(topo.levels)), width), nb + 1, dtype=np.int32)
+    for i, lv in enumerate(topo.levels):
+        tab[i, : len(lv)] = lv
+    par = np.concatenate([np.where(topo.parent < 0, nb, topo.parent), [nb + 1, nb + 1]]).astype(np.int32)
+    return tab, par[tab]
+
+
+def _pad2(x: jnp.ndarray) -> jnp.ndarray:
+    """Append two zero rows (world and scratch slots)."""
+    return jnp.concatenate([x, jnp.zeros((2,) + x.shape[1:], x.dtype)], 0)
+
+
+def _ad(V, x):
+    """``ad_V x`` (..., 6) for twists, angular-first (spatial motion cross product)."""
+    w, v = V[..., :3], V[..., 3:]
+    return jnp.concatenate([jnp.cross(w, x[..., :3]), jnp.cross(v, x[..., :3]) + jnp.cross(w, x[..., 3:])], -1)
 
 
 class _Tree:
@@ -156,21 +179,30 @@ def rnea(mech: Mechanism, q, v, a, f_ext=None, f_ext_reference: str = "local") -
     v9, a9 = _per_body(mech, v), _per_body(mech, a)
     vJ = _mv(tr.S, v9)
     cJ = _mv(tr.S, a9) + tr.sdot_v(mech, v9)
-    par = _parent_ext(mech)
+    xs = _levels(mech)
     dt = q.dtype
-    V = jnp.zeros((nb + 1, 6), dt)
-    A = jnp.zeros((nb + 1, 6), dt).at[nb, 3:].set(-mech.gravity.astype(dt))
-    for lvl in topo.levels:
-        Vl = _mv(tr.Ad[lvl], V[par[lvl]]) + vJ[lvl]
-        V = V.at[lvl].set(Vl)
-        A = A.at[lvl].set(_mv(tr.Ad[lvl], A[par[lvl]]) + cJ[lvl] + _mv(lie.small_adjoint(Vl), vJ[lvl]))
+    Ad, vJe, cJe = _pad2(tr.Ad), _pad2(vJ), _pad2(cJ)
+
+    def down(carry, x):
+        idx, pidx = x
+        V, A = carry
+        Vl = _mv(Ad[idx], V[pidx]) + vJe[idx]
+        Al = _mv(Ad[idx], A[pidx]) + cJe[idx] + _ad(Vl, vJe[idx])
+        return (V.at[idx].set(Vl), A.at[idx].set(Al)), None
+
+    V0 = jnp.zeros((nb + 2, 6), dt)
+    A0 = V0.at[nb, 3:].set(-mech.gravity.astype(dt))
+    (V, A), _ = jax.lax.scan(down, (V0, A0), xs)
     V, A = V[:nb], A[:nb]
     f = _mv(tr.I, A) + _cross_force(V, _mv(tr.I, V))
     if f_ext is not None:
         f = f - external_wrenches(mech, q, f_ext, f_ext_reference)
-    f = jnp.concatenate([f, jnp.zeros((1, 6), dt)], 0)
-    for lvl in reversed(topo.levels):
-        f = f.at[par[lvl]].add(jnp.einsum("nji,nj->ni", tr.Ad[lvl], f[lvl]))
+
+    def up(f, x):
+        idx, pidx = x
+        return f.at[pidx].add(jnp.einsum("nji,nj->ni", Ad[idx], f[idx])), None
+
+    f, _ = jax.lax.scan(up, _pad2(f), xs, reverse=True)
     Sv = tr.S[topo.v_body, :, topo.v_col]  # (nv, 6)
     tau = jnp.einsum("ni,ni->n", Sv, f[topo.v_body])
     return tau + mech.armature * a + mech.damping * v
@@ -253,18 +285,21 @@ def aba(mech: Mechanism, q, v, tau, f_ext=None, f_ext_reference: str = "local") 
     Level-parallel: a backward sweep of articulated inertias (one batched small solve per depth
     level) and a forward sweep of accelerations. Armature adds to each joint's ``D`` block and
     ``damping * v`` to the bias."""
-    topo = mech.topo
     nb, dt = mech.nb, q.dtype
     tr = _Tree(mech, q)
     cols, cmask, vidx = _body_dofs(mech)
+    xs = _levels(mech)
     v9 = _per_body(mech, v)
     vJ = _mv(tr.S, v9)
-    par = _parent_ext(mech)
-    V = jnp.zeros((nb + 1, 6), dt)
-    for lvl in topo.levels:
-        V = V.at[lvl].set(_mv(tr.Ad[lvl], V[par[lvl]]) + vJ[lvl])
+    Ad, vJe = _pad2(tr.Ad), _pad2(vJ)
+
+    def vel(V, x):
+        idx, pidx = x
+        return V.at[idx].set(_mv(Ad[idx], V[pidx]) + vJe[idx]), None
+
+    V, _ = jax.lax.scan(vel, jnp.zeros((nb + 2, 6), dt), xs)
     V = V[:nb]
-    c = _mv(lie.small_adjoint(V), vJ) + tr.sdot_v(mech, v9)  # (nb, 6) velocity-product accel
+    c = _ad(V, vJ) + tr.sdot_v(mech, v9)  # (nb, 6) velocity-product acceleration
     pA = _cross_force(V, _mv(tr.I, V))
     if f_ext is not None:
         pA = pA - external_wrenches(mech, q, f_ext, f_ext_reference)
@@ -274,31 +309,45 @@ def aba(mech: Mechanism, q, v, tau, f_ext=None, f_ext_reference: str = "local") 
     u0 = ext(tau - mech.damping * v)  # (nb, k)
     arm = ext(mech.armature.astype(dt))
     k = cols.shape[1]
-    IA = jnp.concatenate([tr.I, jnp.zeros((1, 6, 6), dt)], 0)
-    pA = jnp.concatenate([pA, jnp.zeros((1, 6), dt)], 0)
-    U = jnp.zeros((nb, 6, k), dt)
-    Dinv = jnp.zeros((nb, k, k), dt)
-    uu = jnp.zeros((nb, k), dt)
     eye_k = jnp.eye(k, dtype=dt)
-    for lvl in reversed(topo.levels):
-        S_l, I_l, p_l = Sc[lvl], IA[lvl], pA[lvl]
+    # padded per-body data; the scratch rows get D = I (S = 0, mask 0)
+    Sc, ce, u0, fme = _pad2(Sc), _pad2(c), _pad2(u0), _pad2(fm)
+    Dfix = arm[..., None] * eye_k
+    Dfix = _pad2(Dfix) + (1 - fme)[..., None] * eye_k
+
+    def back(carry, x):
+        idx, pidx = x
+        IA, pA, U, Dinv, uu = carry
+        S_l, I_l, p_l = Sc[idx], IA[idx], pA[idx]
         U_l = I_l @ S_l
-        D_l = jnp.swapaxes(S_l, -1, -2) @ U_l + arm[lvl][..., None] * eye_k + (1 - fm[lvl])[..., None] * eye_k
-        Di = jnp.linalg.inv(D_l)
-        u_l = u0[lvl] - jnp.einsum("nik,ni->nk", S_l, p_l)
+        Di = jnp.linalg.inv(jnp.swapaxes(S_l, -1, -2) @ U_l + Dfix[idx])
+        u_l = u0[idx] - jnp.einsum("nik,ni->nk", S_l, p_l)
         UDi = U_l @ Di
         Ia = I_l - UDi @ jnp.swapaxes(U_l, -1, -2)
-        pa = p_l + _mv(Ia, c[lvl]) + _mv(UDi, u_l)
-        Ad = tr.Ad[lvl]
-        IA = IA.at[par[lvl]].add(jnp.swapaxes(Ad, -1, -2) @ Ia @ Ad)
-        pA = pA.at[par[lvl]].add(jnp.einsum("nji,nj->ni", Ad, pa))
-        U, Dinv, uu = U.at[lvl].set(U_l), Dinv.at[lvl].set(Di), uu.at[lvl].set(u_l)
-    A = jnp.zeros((nb + 1, 6), dt).at[nb, 3:].set(-mech.gravity.astype(dt))
-    qdd = jnp.zeros((nb, k), dt)
-    for lvl in topo.levels:
-        Ap = _mv(tr.Ad[lvl], A[par[lvl]]) + c[lvl]
-        a_l = _mv(Dinv[lvl], uu[lvl] - jnp.einsum("nik,ni->nk", U[lvl], Ap))
-        qdd = qdd.at[lvl].set(a_l)
-        A = A.at[lvl].set(Ap + _mv(Sc[lvl], a_l))
+        pa = p_l + _mv(Ia, ce[idx]) + _mv(UDi, u_l)
+        A_l = Ad[idx]
+        IA = IA.at[pidx].add(jnp.swapaxes(A_l, -1, -2) @ Ia @ A_l)
+        pA = pA.at[pidx].add(jnp.einsum("nji,nj->ni", A_l, pa))
+        return (IA, pA, U.at[idx].set(U_l), Dinv.at[idx].set(Di), uu.at[idx].set(u_l)), None
+
+    init = (
+        _pad2(tr.I),
+        _pad2(pA),
+        jnp.zeros((nb + 2, 6, k), dt),
+        jnp.zeros((nb + 2, k, k), dt),
+        jnp.zeros((nb + 2, k), dt),
+    )
+    (_, _, U, Dinv, uu), _ = jax.lax.scan(back, init, xs, reverse=True)
+
+    def fwd(carry, x):
+        idx, pidx = x
+        A, qdd = carry
+        Ap = _mv(Ad[idx], A[pidx]) + ce[idx]
+        a_l = _mv(Dinv[idx], uu[idx] - jnp.einsum("nik,ni->nk", U[idx], Ap))
+        return (A.at[idx].set(Ap + _mv(Sc[idx], a_l)), qdd.at[idx].set(a_l)), None
+
+    A0 = jnp.zeros((nb + 2, 6), dt).at[nb, 3:].set(-mech.gravity.astype(dt))
+    (_, qdd), _ = jax.lax.scan(fwd, (A0, jnp.zeros((nb + 2, k), dt)), xs)
+    qdd = qdd[:nb]
     out = jnp.zeros(mech.nv + 1, dt).at[vidx.ravel()].add((qdd * fm).ravel())
     return out[: mech.nv]

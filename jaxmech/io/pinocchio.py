@@ -138,9 +138,6 @@ def to_pinocchio(mech: Mechanism, unsupported: str = "raise"):
             jid[i] = model.addJoint(pj, jm, pin.SE3(place), t.joint_names[i])
             T_jb[i] = Xci[i]
             j = model.joints[int(jid[i])]
-            sl = slice(j.idx_v, j.idx_v + j.nv)
-            model.armature[sl] = arm[t.v_start[i] : t.v_start[i] + j.nv]
-            model.damping[sl] = damp[t.v_start[i] : t.v_start[i] + j.nv]
             if typ in ("revolute", "prismatic", "cylindrical", "universal"):
                 qs = slice(int(t.q_start[i]), int(t.q_start[i]) + j.nq)
                 model.lowerPositionLimit[j.idx_q : j.idx_q + j.nq] = np.maximum(lo[qs], -1e10)
@@ -148,6 +145,10 @@ def to_pinocchio(mech: Mechanism, unsupported: str = "raise"):
         Y = pin.Inertia(float(mass[i]), com[i], inertia[i])
         model.appendBodyToJoint(int(jid[i]), Y, pin.SE3(T_jb[i]))
         model.addFrame(pin.Frame(name, int(jid[i]), 0, pin.SE3(T_jb[i]), pin.FrameType.BODY))
+
+    perm_v = pinocchio_permutations(mech)[1]  # Pinocchio's v order is ours, free joints linear-first
+    model.armature[:] = arm[perm_v]
+    model.damping[:] = damp[perm_v]
 
     constraints = pin.StdVec_RigidConstraintModel()
     cpa, cpb = g(mech.cut_pose_a), g(mech.cut_pose_b)
