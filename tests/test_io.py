@@ -521,3 +521,40 @@ def test_bad_input_errors(tmp_path):
 def test_missing_mesh_is_ignored():
     mech = jm.load(DATA / "mjcf_features.xml")  # references this_mesh_does_not_exist.stl
     assert "other" in mech.body_names
+
+
+# ----------------------------------------------------------------------------- loop_joint URDF, SDF 1.7
+
+
+def test_urdf_loop_joint_matches_toml_four_bar():
+    a, b = jm.load(DATA / "four_bar_loop.urdf"), jm.load(CONFIGS / "four_bar.toml")
+    assert a.topo.loop_names == ("rocker_ground",) and a.topo.row_names == b.topo.row_names
+    for k in range(3):
+        q = jm.random_configuration(b, jax.random.PRNGKey(k))
+        np.testing.assert_allclose(np.array(res_fn(a, q)), np.array(res_fn(b, q)), atol=1e-14)
+
+
+def test_sdf17_frames_relative_to_and_expressed_in():
+    from scipy.spatial.transform import Rotation
+
+    from jaxmech.graph import pose
+
+    mech = jm.load(DATA / "frames17.sdf")
+    assert mech.joint_names == ("mount", "hinge", "wrist") and mech.topo.free_q.size == 0
+    sl = mech.q_slice("hinge")
+    assert (float(mech.lower[sl][0]), float(mech.upper[sl][0])) == (-1.0, 2.0)
+    base = pose([0, 0, 0.5], rpy=[0, 0, 0.3]) @ pose([0.1, 0, 0])
+    arm0 = base @ pose([0.2, 0, 0], rpy=[0.4, 0, 0])
+    pj = (base @ pose([0.2, 0.05, 0]))[:3, 3]
+    k = mech.body_names.index("arm")
+    np.testing.assert_allclose(np.array(mech.com[k]), [0.15, 0, 0], atol=1e-15)
+    np.testing.assert_allclose(np.array(mech.inertia[k]), np.diag([0.01, 0.001, 0.01]), atol=1e-15)
+    for th, al, be in ((0.0, 0.0, 0.0), (0.7, -0.3, 0.5), (-1.2, 0.9, -0.4)):
+        q = jnp.array([th, al, be])
+        S = pose(pj) @ pose(R=Rotation.from_euler("z", th).as_matrix()) @ pose(-pj)  # model-frame z axis
+        arm = S @ arm0
+        hand = arm @ pose([0.3, 0, 0]) @ pose(R=Rotation.from_euler("XY", [al, be]).as_matrix())
+        T = np.array(fk(mech, q))
+        np.testing.assert_allclose(T[k], arm, atol=1e-14)
+        np.testing.assert_allclose(T[mech.body_names.index("hand")], hand, atol=1e-14)
+        np.testing.assert_allclose(np.array(jm.frame_pose(mech, q, "tip")), arm @ pose([0.3, 0, 0]), atol=1e-14)
