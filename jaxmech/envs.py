@@ -7,8 +7,8 @@ efforts of the chosen ports (N for cylinders / legs, N m for rotary drives), app
 port map ``tau = P^T f`` with zero-order hold over ``substeps`` simulator steps of
 :func:`jaxmech.simulate.step`, which keeps the closure.
 
-Tasks (targets are closed configurations assembled once at construction, so ``reset`` is a
-cheap index lookup and never runs an iterative solver):
+Tasks (targets are closed configurations generated once at construction, so ``reset`` is a cheap
+index lookup and never runs an iterative solver):
 
 * :func:`stewart_pose_env` -- Stewart platform: track a 6-D platform pose with the six leg forces.
 * :func:`excavator_tip_env` -- excavator: track the bucket-tip position with the cylinder forces
@@ -36,7 +36,7 @@ from .dynamics import crba, gravity_torques
 from .kinematics import frame_jacobian, frame_pose
 from .mechanism import Mechanism
 from .reduction import port_jacobian, port_values, tangent_map
-from .simulate import SimState, step_with_info
+from .simulate import SimState, random_closed_configurations, step_with_info
 
 
 class EnvState(eqx.Module):
@@ -156,31 +156,6 @@ def _port_lift(mech: Mechanism, q, port_index):
     return E @ jnp.linalg.inv(P @ E)
 
 
-def _make_bank(mech: Mechanism, n: int, spread: float, seed: int, port_index):
-    """``n`` closed configurations: q0's actuated coordinates perturbed by up to +-spread
-    (relative) and the closure assembled (jm.assemble, one state at a time); failures dropped."""
-    from .assembly import assemble
-
-    act = np.asarray(mech.topo.actuated_v, int)
-    v2q = np.zeros(mech.nv, int)
-    v2q[mech.topo.lin_v] = mech.topo.lin_q
-    qa = v2q[act]
-    f = jax.jit(lambda q: assemble(mech, q))
-    rng = np.random.default_rng(seed)
-    q0 = np.asarray(f(mech.q0).q)
-    out = [q0]
-    while len(out) < n:
-        g = q0.copy()
-        scale = np.maximum(np.abs(g[qa]), 0.2)
-        g[qa] = g[qa] + spread * scale * rng.uniform(-1.0, 1.0, qa.size)
-        r = f(jnp.asarray(g))
-        if int(r.status) == 0:
-            out.append(np.asarray(r.q))
-        elif len(out) == 1 and rng.random() < 0.02:  # pragma: no cover - pathological configs
-            raise ValueError(f"{mech.name}: could not assemble environment targets (status {int(r.status)})")
-    return jnp.asarray(np.stack(out))
-
-
 def make_tracking_env(
     mech: Mechanism,
     frame: str,
@@ -203,7 +178,7 @@ def make_tracking_env(
     if missing:
         raise ValueError(f"{mech.name}: unknown port(s) {missing} (ports: {', '.join(names)})")
     idx = tuple(names.index(p) for p in ports)
-    bank = _make_bank(mech, n_targets, spread, seed, idx)
+    bank = jax.jit(lambda k: random_closed_configurations(mech, k, n_targets, spread))(jax.random.PRNGKey(seed))
     poses = jax.vmap(lambda q: frame_pose(mech, q, frame))(bank)
     pv = jax.vmap(lambda q: port_values(mech, q))(bank)[:, np.asarray(idx)]
     Ep = _port_lift(mech, bank[0], idx)

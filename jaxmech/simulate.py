@@ -177,7 +177,7 @@ def step_with_info(
     control: jnp.ndarray,
     dt,
     *,
-    method: str = "projected",
+    method: str = "kkt",
     integrator: str = "euler",
     projection_iters: int = 3,
     actuation: str = "auto",
@@ -281,3 +281,17 @@ def make_rollout(mech: Mechanism, dt: float, n: int, batched: bool = True, **kwa
     if batched:
         return jax.jit(lambda s, u: rollout_batch(mech, s, u, dt, n, **kwargs))
     return jax.jit(lambda s, u: rollout(mech, s, u, dt, n, **kwargs))
+
+
+def random_closed_configurations(mech: Mechanism, key, n: int, spread: float = 0.05, iters: int = 6) -> jnp.ndarray:
+    """``n`` closed configurations near the closed-up q0, (n, nq): random moves ``q0 (+) E u``
+    along the mobility (``E`` = ``jm.tangent_map`` at q0, each speed ``u`` uniform in
+    +-``spread``) followed by :func:`project_position`. Row 0 is the projected q0 itself. For
+    environment targets, system-identification data and benchmarks (cheap: no homotopy)."""
+    from .reduction import tangent_map
+
+    q0 = project_position(mech, mech.q0, 8)
+    E = tangent_map(mech, q0)
+    u = jax.random.uniform(key, (n - 1, E.shape[1]), q0.dtype, -spread, spread)
+    moved = jax.vmap(lambda uu: project_position(mech, integrate(mech, q0, E @ uu), iters))(u)
+    return jnp.concatenate([q0[None], moved], 0)
