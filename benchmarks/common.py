@@ -1,0 +1,190 @@
+"""Shared helpers for the benchmark scripts (see /work/shared/BENCHMARKS.md for the protocol).
+
+* :func:`time_fn` -- compile time measured separately (first call), then best and median of >= 5
+  calls, each blocking on the *result* with ``jax.block_until_ready``; :func:`time_interleaved`
+  does the same for several functions with alternating calls (fair ratios under shared load).
+* :func:`cast` -- a mechanism (or any pytree) in float32 / float64.
+* :func:`env_info` -- jax/jaxlib versions, device, CPU count, dtype, XLA flags.
+* :func:`print_table` (rich) and :func:`write_json` (into ``benchmarks/results/``).
+* :class:`Budget` -- a wall-clock budget for ``--budget SECONDS``.
+
+Import this module before anything imports jax, or set ``XLA_FLAGS`` yourself: the flag below
+avoids a hang of batched ``lax.while_loop`` on 2-core CPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+CONFIGS = ROOT / "configs"
+
+
+def enable_x64() -> None:
+    """Benchmarks run the float64 reference tier and cast to float32 explicitly."""
+    jax.config.update("jax_enable_x64", True)
+
+
+@dataclass
+class Timing:
+    """Seconds: ``compile_s`` is the first call (trace + compile + one run); ``best_s`` and
+    ``median_s`` over ``reps`` further calls."""
+
+    compile_s: float
+    best_s: float
+    median_s: float
+    reps: int
+
+    def per_state_us(self, batch: int) -> float:
+        return 1e6 * self.best_s / batch
+
+
+def time_fn(fn, *args, reps: int = 5, min_time: float = 0.0) -> Timing:
+    """Time ``fn(*args)``: first call separately, then at least ``reps`` calls (and at least
+    ``min_time`` seconds of calls), each blocked on its result."""
+    reps = max(5, int(reps))
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    compile_s = time.perf_counter() - t0
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < reps or (time.perf_counter() - start < min_time and len(times) < 1000):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return Timing(compile_s, min(times), statistics.median(times), len(times))
+
+
+def time_interleaved(fns: dict, *args, reps: int = 5, min_time: float = 0.0) -> dict[str, Timing]:
+    """Time several functions on the same arguments, alternating calls (A B A B ...) so that load
+    from other processes on a shared machine hits them alike; ratios of the results are robust.
+    Each is compiled (first call, timed separately) before any timed call."""
+    reps = max(5, int(reps))
+    compile_s = {}
+    for k, f in fns.items():
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        compile_s[k] = time.perf_counter() - t0
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    start = time.perf_counter()
+    n = 0
+    while n < reps or (time.perf_counter() - start < min_time and n < 1000):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(*args))
+            times[k].append(time.perf_counter() - t0)
+        n += 1
+    return {k: Timing(compile_s[k], min(v), statistics.median(v), len(v)) for k, v in times.items()}
+
+
+def cast(tree, dtype):
+    """Every floating array leaf of ``tree`` cast to ``dtype`` (integer leaves untouched)."""
+
+    def f(x):
+        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating):
+            return jnp.asarray(x, dtype)
+        return x
+
+    return jax.tree_util.tree_map(f, tree)
+
+
+def env_info(dtypes=("float64",)) -> dict:
+    """What the numbers were measured on."""
+    dev = jax.devices()[0]
+    try:
+        import jaxlib
+
+        jaxlib_version = jaxlib.__version__
+    except Exception:  # pragma: no cover
+        jaxlib_version = "?"
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        affinity = os.cpu_count()
+    return {
+        "jax": jax.__version__,
+        "jaxlib": jaxlib_version,
+        "backend": jax.default_backend(),
+        "device": f"{dev.platform}:{getattr(dev, 'device_kind', '?')}",
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": affinity,
+        "dtypes": list(dtypes),
+        "x64": bool(jax.config.jax_enable_x64),
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.platform(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def print_table(title: str, columns: list[str], rows: list[list], caption: str | None = None) -> None:
+    """A rich table (numbers right-aligned)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, caption=caption)
+    for c in columns:
+        t.add_column(c, justify="left" if c in ("example", "method", "dtype", "function") else "right")
+    for r in rows:
+        t.add_row(*[_fmt(x) for x in r])
+    Console(width=max(120, int(os.environ.get("COLUMNS", 0) or 0))).print(t)
+
+
+def _fmt(x) -> str:
+    if isinstance(x, float):
+        if x == 0 or 1e-2 <= abs(x) < 1e5:
+            return f"{x:.3g}" if abs(x) < 100 else f"{x:.1f}"
+        return f"{x:.2e}"
+    return str(x)
+
+
+def write_json(name: str, payload: dict) -> Path:
+    """Write ``benchmarks/results/<name>.json`` (dataclasses converted) and return the path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / (name if name.endswith(".json") else f"{name}.json")
+
+    def default(o):
+        if hasattr(o, "__dataclass_fields__"):
+            return asdict(o)
+        if hasattr(o, "tolist"):
+            return o.tolist()
+        return str(o)
+
+    path.write_text(json.dumps(payload, indent=1, default=default))
+    return path
+
+
+class Budget:
+    """Wall-clock budget: ``Budget(600).left()`` seconds remain; ``None`` means unlimited."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def left(self) -> float:
+        return float("inf") if self.seconds is None else self.seconds - self.elapsed()
+
+    def exhausted(self) -> bool:
+        return self.left() <= 0
+
+
+def shipped_examples(suffix: str = ".toml") -> list[Path]:
+    return sorted(CONFIGS.glob(f"*{suffix}"))
