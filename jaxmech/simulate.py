@@ -166,7 +166,7 @@ def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray, v: jnp.nda
 
 
 def _accel(mech, q, v, tau, method):
-    from .dynamics import forward_dynamics
+    from .constrained import forward_dynamics
 
     return forward_dynamics(mech, q, v, tau, method=method).a
 
