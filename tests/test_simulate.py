@@ -92,7 +92,7 @@ def test_rk4_energy_drift_smaller_than_euler(stewart):
     u = jnp.zeros(sim.control_size(mech))
     out = {}
     for integ in ("euler", "rk4"):
-        _, info = jax.jit(lambda s: sim.rollout(mech, s, u, 2e-3, 100, integrator=integ, with_energy=True))(s)
+        _, info = jax.jit(lambda s, i=integ: sim.rollout(mech, s, u, 2e-3, 100, integrator=i, with_energy=True))(s)
         e = np.asarray(info.energy)
         out[integ] = np.max(np.abs(e - float(sim.energy(mech, s.q, s.v))))
         assert np.asarray(info.closure_gap).max() < 1e-9

@@ -1,7 +1,6 @@
 """System identification: log-Cholesky parametrization and recovery through constrained ID."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

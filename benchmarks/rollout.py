@@ -1,0 +1,191 @@
+"""Simulation throughput and long-rollout accuracy.
+
+* Environment steps per second of the Stewart pose-tracking environment (``jaxmech.envs``,
+  one env step = ``substeps`` simulator steps) at batch 1, 1,024, 8,192: ``jit(vmap(env.step))``.
+* 10 s rollouts at dt = 1 ms of the Stewart platform (passive: no leg forces, no damping) and the
+  excavator (cylinder forces = gravity compensation at the start): peak closure gap over the
+  rollout (target <= 1e-9 m) and, for the passive Stewart, the energy drift
+  ``max |E(t) - E(0)|`` relative to the peak kinetic energy. Simulated in chunks of
+  ``chunk`` steps (one compiled scan, re-used), so ``--budget`` can stop a rollout early (the JSON
+  then records the simulated time reached).
+
+float64 (reference) and float32. Compile time separate, runs blocked on the result.
+
+    python benchmarks/rollout.py [--quick] [--budget SECONDS] [--dtypes float64 float32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (sets XLA_FLAGS before jax is imported)
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+ENV_BATCHES = (1, 1024, 8192)
+
+
+def env_throughput(jm, dtype, batches, budget, reps=5):
+    from jaxmech import envs
+
+    mech = common.cast(jm.load(common.CONFIGS / "stewart.toml"), jnp.dtype(dtype))
+    env = envs.stewart_pose_env(mech, n_targets=8, substeps=2, dt=1e-3)
+    env = common.cast(env, jnp.dtype(dtype))
+    step = jax.jit(jax.vmap(lambda s, a: env.step(s, a)))
+    reset = jax.jit(jax.vmap(lambda k: env.reset(k)))
+    out = []
+    for b in batches:
+        if budget.left() <= 0:
+            out.append({"batch": b, "skipped": "budget"})
+            continue
+        s = reset(jax.random.split(jax.random.PRNGKey(0), b))
+        a = jnp.zeros((b, env.action_size), dtype)
+        t = common.time_fn(step, s, a, reps=reps)
+        out.append(
+            {
+                "batch": b,
+                "compile_s": t.compile_s,
+                "best_s": t.best_s,
+                "env_steps_per_s": b / t.best_s,
+                "sim_steps_per_s": b * env.substeps / t.best_s,
+                "us_per_env_step": 1e6 * t.best_s / b,
+            }
+        )
+    return out
+
+
+def long_rollout(jm, name, dtype, batch, seconds, dt, chunk, budget, excite="passive"):
+    from jaxmech import simulate as sim
+
+    mech = common.cast(jm.load(common.CONFIGS / f"{name}.toml"), jnp.dtype(dtype))
+    Q = sim.random_closed_configurations(mech, jax.random.PRNGKey(0), batch + 1, 0.03)[1:]
+    nu = sim.control_size(mech)
+    if excite == "gravity":
+        from jaxmech.reduction import port_jacobian, tangent_map
+
+        def comp(q):
+            P = port_jacobian(mech, q)
+            E = tangent_map(mech, q)
+            # least-squares port efforts balancing gravity on the mobility: E^T P^T f = E^T g
+            return jnp.linalg.lstsq((P @ E).T, E.T @ jm.gravity_torques(mech, q))[0]
+
+        U0 = jax.jit(jax.vmap(comp))(Q)
+    else:
+        U0 = jnp.zeros((batch, nu), dtype)
+    state = sim.SimState(Q, jnp.zeros((batch, mech.nv), dtype))
+    f = jax.jit(jax.vmap(lambda s, u: sim.rollout(mech, s, u, dt, chunk, with_energy=True)))
+    e0 = jax.jit(jax.vmap(lambda q, v: sim.energy(mech, q, v)))(state.q, state.v)
+    ke = jax.jit(jax.vmap(lambda q, v: sim.kinetic_energy(mech, q, v)))
+    n_total = int(round(seconds / dt))
+    done, gap, drift, ke_max, t_run, t_compile = 0, 0.0, 0.0, 0.0, 0.0, None
+    while done < n_total:
+        if budget.left() <= 0 and done > 0:
+            break
+        t0 = time.perf_counter()
+        traj, info = jax.block_until_ready(f(state, U0))
+        dt_call = time.perf_counter() - t0
+        if t_compile is None:
+            t_compile = dt_call
+        else:
+            t_run += dt_call
+        state = jax.tree_util.tree_map(lambda x: x[:, -1], traj)
+        done += chunk
+        gap = max(gap, float(jnp.max(info.closure_gap)))
+        drift = max(drift, float(jnp.max(jnp.abs(info.energy - e0[:, None]))))
+        ke_max = max(ke_max, float(jnp.max(ke(state.q, state.v))))
+        if not np.isfinite(gap):
+            break
+    steps_timed = max(done - chunk, 1)
+    return {
+        "example": name,
+        "excitation": excite,
+        "batch": batch,
+        "dt": dt,
+        "target_s": seconds,
+        "simulated_s": done * dt,
+        "peak_closure_gap": gap,
+        "energy_drift_J": drift if excite == "passive" else None,
+        "energy_drift_rel": drift / max(ke_max, 1e-12) if excite == "passive" else None,
+        "first_chunk_s (compile+run)": t_compile,
+        "us_per_state_step": 1e6 * t_run / (steps_timed * batch) if done > chunk else None,
+    }
+
+
+def run(quick=False, budget=None, dtypes=("float64", "float32"), batch=None, seconds=None, out="rollout"):
+    common.enable_x64()
+    import jaxmech as jm
+
+    B = common.Budget(budget)
+    batch = batch or (16 if quick else 1024)
+    seconds = seconds or (0.2 if quick else 10.0)
+    env_batches = (1, 64) if quick else ENV_BATCHES
+    recs = {"env_steps": {}, "rollouts": []}
+    for dt_name in dtypes:
+        recs["env_steps"][dt_name] = env_throughput(jm, dt_name, env_batches, B)
+    for dt_name in dtypes:
+        for name, ex in (("stewart", "passive"), ("excavator", "gravity")):
+            if B.left() <= 0:
+                recs["rollouts"].append({"example": name, "dtype": dt_name, "skipped": "budget"})
+                continue
+            r = long_rollout(jm, name, dt_name, batch, seconds, 1e-3, 100 if quick else 500, B, ex)
+            r["dtype"] = dt_name
+            recs["rollouts"].append(r)
+    rows = []
+    for d, lst in recs["env_steps"].items():
+        for r in lst:
+            rows.append(
+                [
+                    "env step",
+                    d,
+                    r["batch"],
+                    r.get("compile_s"),
+                    r.get("us_per_env_step"),
+                    r.get("env_steps_per_s"),
+                    "-",
+                    "-",
+                ]
+            )
+    for r in recs["rollouts"]:
+        if "skipped" in r:
+            continue
+        rows.append(
+            [
+                f"{r['example']} {r['simulated_s']:.2f} s",
+                r["dtype"],
+                r["batch"],
+                r["first_chunk_s (compile+run)"],
+                r["us_per_state_step"],
+                "-",
+                r["peak_closure_gap"],
+                r["energy_drift_rel"] if r["energy_drift_rel"] is not None else "-",
+            ]
+        )
+    common.print_table(
+        "rollouts",
+        ["what", "dtype", "batch", "compile [s]", "us/state-step", "env steps/s", "peak gap", "energy drift (rel)"],
+        rows,
+    )
+    payload = {"env": common.env_info(dtypes), **recs}
+    common.write_json(out, payload)
+    return payload
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small batches and 0.2 s rollouts")
+    ap.add_argument("--budget", type=float, default=None, help="stop starting new work after this many seconds")
+    ap.add_argument("--dtypes", nargs="*", default=["float64", "float32"])
+    ap.add_argument("--batch", type=int, default=None, help="rollout batch (default 1024, quick 16)")
+    ap.add_argument("--seconds", type=float, default=None, help="simulated seconds (default 10)")
+    ap.add_argument("--out", default="rollout")
+    a = ap.parse_args(argv)
+    run(a.quick, a.budget, tuple(a.dtypes), a.batch, a.seconds, a.out)
+
+
+if __name__ == "__main__":
+    main()
