@@ -62,18 +62,27 @@ def _spec_without_meshes(path: Path):
         spec = mujoco.MjSpec.from_file(str(path))
     except Exception as e:  # noqa: BLE001 - MuJoCo raises several types
         raise ModelError(f"{path}: MuJoCo could not parse the model: {str(e).strip()}") from None
-    # Geometry is irrelevant here: turn mesh geoms into small spheres and delete the assets.
+    # Geometry is irrelevant here: turn mesh geoms into massless spheres and delete the assets.
+    # A body whose inertia MuJoCo would have computed from a missing mesh cannot be exact: warn.
+    affected = set()
     for g in spec.geoms:
         if g.type in (mujoco.mjtGeom.mjGEOM_MESH, mujoco.mjtGeom.mjGEOM_SDF, mujoco.mjtGeom.mjGEOM_HFIELD):
             g.type = mujoco.mjtGeom.mjGEOM_SPHERE
             g.size = [0.01, 0, 0]
             g.meshname = ""
             g.hfieldname = ""
+            g.density, g.mass = 0.0, 0.0
+            affected.add(g.parent.name if hasattr(g, "parent") else "?")
     for coll in (spec.meshes, spec.hfields, spec.textures, spec.skins):
         for a in list(coll):
             spec.delete(a)
     for mat in spec.materials:
         mat.textures = [""] * len(mat.textures)
+    warnings.warn(
+        f"{path}: {first.strip()}: mesh geometry ignored (geoms of bodies {sorted(affected)} count as "
+        "massless; bodies without an explicit <inertial> may get a wrong inertia)",
+        stacklevel=3,
+    )
     try:
         return spec.compile()
     except Exception as e:  # noqa: BLE001
