@@ -22,8 +22,8 @@ from .dynamics import aba, crba, external_wrenches, gravity_torques, nonlinear_e
 from .graph import Graph, ModelError, pose
 from .io import load, read_graph
 from .io.export import export_mjcf
-from .io.pinocchio import q_from_pinocchio, q_to_pinocchio, to_pinocchio, v_from_pinocchio, v_to_pinocchio
 from .io.mujoco_convert import mujoco_qvel_to_v, v_to_mujoco_qvel
+from .io.pinocchio import q_from_pinocchio, q_to_pinocchio, to_pinocchio, v_from_pinocchio, v_to_pinocchio
 from .kinematics import (
     difference,
     forward_kinematics,
@@ -46,6 +46,7 @@ from .reduction import (
     task_jacobian,
     tree_speed_lift,
 )
+from .simulate import SimState, StepInfo, rollout, rollout_batch, step, step_with_info
 from .tracking import TrackResult, track
 
 __all__ = [
@@ -109,4 +110,10 @@ __all__ = [
     "tangent_map_status",
     "task_jacobian",
     "tree_speed_lift",
+    "SimState",
+    "StepInfo",
+    "rollout",
+    "rollout_batch",
+    "step",
+    "step_with_info",
 ]

@@ -53,12 +53,12 @@ def demo(
     import jax.numpy as jnp
 
     from . import plots
-    from .assembly import assemble
+    from .assembly import assemble, partition
     from .dynamics import gravity_torques
     from .kinematics import frame_pose
     from .reduction import port_jacobian, tangent_map
     from .simulate import SimState, make_rollout
-    from .tracking import track
+    from .tracking import active_q_indices, track
 
     rows = []
     prog = Progress(
@@ -85,9 +85,7 @@ def demo(
 
         # ---- assemble a batch: perturbed actuated leg lengths, passive coordinates solved
         rng = np.random.default_rng(seed)
-        v2q = np.zeros(mech.nv, int)
-        v2q[mech.topo.lin_v] = mech.topo.lin_q
-        qa = v2q[np.asarray(mech.topo.actuated_v, int)]
+        qa = active_q_indices(mech, partition(mech, list(act)))  # q entries of the leg lengths
         Q0 = np.repeat(np.asarray(mech.q0)[None], batch, 0)
         Q0[:, qa] += rng.uniform(-0.04, 0.04, (batch, qa.size))
         f_asm = jax.jit(jax.vmap(lambda q: assemble(mech, q)))

@@ -263,23 +263,28 @@ def evolution_strategy(
         return jnp.mean(R)
 
     @jax.jit
-    def update(theta, ost, key):
+    def iteration(theta, ost, key):
+        """One ES update; also returns the evaluation return of the *incoming* theta (one
+        compiled function for both)."""
         k1, k2 = jax.random.split(key)
         eps = jax.random.normal(k1, (pairs, theta.size), theta.dtype)
         keys = jax.random.split(k2, n_episodes)
-        thetas = jnp.concatenate([theta + sigma * eps, theta - sigma * eps])
-        R = jax.vmap(lambda t: mean_return(t, keys))(thetas)
-        Rn = (R - jnp.mean(R)) / (jnp.std(R) + 1e-8)
+        thetas = jnp.concatenate([theta + sigma * eps, theta - sigma * eps, theta[None]])
+        keyset = jnp.concatenate([jnp.broadcast_to(keys, (2 * pairs,) + keys.shape), eval_keys[None]])
+        R = jax.vmap(mean_return)(thetas, keyset)
+        Rp = R[: 2 * pairs]
+        Rn = (Rp - jnp.mean(Rp)) / (jnp.std(Rp) + 1e-8)
         grad = -jnp.einsum("p,pk->k", Rn[:pairs] - Rn[pairs:], eps) / (2 * pairs * sigma)
         upd, ost = opt.update(grad, ost, theta)
-        return optax.apply_updates(theta, upd), ost, jnp.mean(R)
+        return optax.apply_updates(theta, upd), ost, R[-1]
 
-    evaluate = jax.jit(lambda t: mean_return(t, eval_keys))
-    history = [float(evaluate(flat))]
-    for it in range(iterations):
+    history = []
+    for it in range(iterations + 1):
         key, sub = jax.random.split(key)
-        flat, ost, _ = update(flat, ost, sub)
-        history.append(float(evaluate(flat)))
+        new, new_ost, r_eval = iteration(flat, ost, sub)
+        history.append(float(r_eval))
         if callback is not None:
             callback(it, history[-1])
+        if it < iterations:
+            flat, ost = new, new_ost
     return unravel(flat), np.asarray(history)
