@@ -241,7 +241,7 @@ def add_support_points(graph: Graph, mech: Mechanism, q, frames, prefix: str = "
 def add_tool_target(graph: Graph, frame: str, target, name: str = "tool_target", axes=None) -> str:
     """Task-induced 6-D (or ``axes``-selected) target: frame ``frame`` at world pose ``target``
     (4, 4) (``weld``, or ``pose`` with selected Log rows)."""
-    T = np.asarray(target, float)
+    T = np.array(target, dtype=float)  # a writable copy (graph validation normalizes in place)
     if axes is None:
         graph.add_constraint(name, "weld", body_a=WORLD, body_b=frame, pose_a=T)
     else:

@@ -21,14 +21,24 @@ BATCH = 4
 
 
 def _load(configs_dir, name):
-    p = configs_dir / f"{name}.toml"
-    if not p.exists():
-        pytest.skip(f"{name}.toml not shipped")
-    return jm.load(p)
+    if name not in _MECHS:
+        p = configs_dir / f"{name}.toml"
+        if not p.exists():
+            pytest.skip(f"{name}.toml not shipped")
+        _MECHS[name] = jm.load(p)
+    return _MECHS[name]
+
+
+_STATES: dict = {}
+_MECHS: dict = {}
 
 
 def _assembled(mech, n, seed=0, scale=0.05):
-    """n closure-consistent states: actuated coordinates of q0 perturbed, passive assembled."""
+    """n closure-consistent states: actuated coordinates of q0 perturbed, passive assembled
+    (cached per mechanism, so each test module compiles one assembly per mechanism)."""
+    ck = (mech.name, n, seed, scale)
+    if ck in _STATES:
+        return _STATES[ck]
     key = jax.random.PRNGKey(seed)
     act_q = mech.q_indices([mech.topo.joint_names[int(mech.topo.v_body[i])] for i in mech.topo.actuated_v])
     act_q = np.unique(act_q)
@@ -37,18 +47,23 @@ def _assembled(mech, n, seed=0, scale=0.05):
     res = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))(guesses)
     ok = np.asarray(res.status) == 0
     assert ok.sum() >= max(1, n // 2), f"{mech.name}: assembly failed for {np.sum(~ok)} of {n} states"
-    return res.q[ok]
+    _STATES[ck] = res.q[ok]
+    return _STATES[ck]
 
 
-def _reduction_checks(mech, independent=None, d=None):
+def _reduction_checks(mech, d_auto, with_autodiff=False):
+    """One jitted, vmapped function per mechanism: C, named and automatic tangent maps, gamma,
+    the acceleration lift (and the jvp curvature reference in the slow tier)."""
+
     def f(q, v_seed, udot):
         C = jm.closure_jacobian(mech, q)
-        tm = red.tangent_map_status(mech, q, independent, d)
-        u = v_seed[: tm.E.shape[1]]
-        v = tm.E @ u
+        tm = red.tangent_map_status(mech, q)
+        auto = red.tangent_map_status(mech, q, "auto", d=d_auto)
+        v = tm.E @ v_seed[: tm.E.shape[1]]
         gam = closure_bias(mech, q, v)
-        a, _ = red.acceleration_lift(mech, q, v, udot[: tm.E.shape[1]], independent, d)
-        return C, tm, v, gam, closure_bias_autodiff(mech, q, v), a
+        a, _ = red.acceleration_lift(mech, q, v, udot[: tm.E.shape[1]])
+        gam_ad = closure_bias_autodiff(mech, q, v) if with_autodiff else gam
+        return C, tm, auto, v, gam, gam_ad, a
 
     return jax.jit(jax.vmap(f))
 
@@ -68,44 +83,44 @@ def test_tangent_map_and_acceleration_lift(closed):
     mech, Q = closed
     assert np.max(np.abs(jax.vmap(lambda q: jm.closure_residual(mech, q))(Q))) < 1e-9
     n = Q.shape[0]
-    key = jax.random.PRNGKey(1)
-    vs = jax.random.normal(key, (n, mech.nv))
+    d_auto = mech.nv - int(jm.rank.numerical_rank(jm.closure_jacobian(mech, Q[0])))
+    tm0 = red.tangent_map_status(mech, Q[0], "auto")  # concrete q: d computed here
+    assert tm0.E.shape == (mech.nv, d_auto)
+    vs = jax.random.normal(jax.random.PRNGKey(1), (n, mech.nv))
     ud = jax.random.normal(jax.random.PRNGKey(2), (n, mech.nv))
-    C, tm, v, gam, gam_ad, a = _reduction_checks(mech)(Q, vs, ud)
-    C, E, v, gam, gam_ad, a = map(np.asarray, (C, tm.E, v, gam, gam_ad, a))
+    C, tm, auto, v, gam, _, a = _reduction_checks(mech, d_auto)(Q, vs, ud)
     assert np.all(np.asarray(tm.status) == red.OK), np.asarray(tm.status)
+    assert np.all(np.asarray(auto.status) == red.OK), np.asarray(auto.status)
+    C, gam, a = map(np.asarray, (C, gam, a))
     for k in range(n):
         d = _null_dim(C[k])
-        assert E.shape[-1] == d, (mech.name, E.shape, d)
-        assert np.max(np.abs(C[k] @ E[k])) <= 1e-12 * max(1.0, np.abs(E[k]).max())
-        assert np.linalg.matrix_rank(E[k]) == d
-        # E spans the SVD null space of C
         _, s, Vt = np.linalg.svd(C[k])
-        N = Vt[mech.nv - d :].T
-        assert np.linalg.matrix_rank(np.hstack([E[k], N]), tol=1e-8) == d
-        scale = max(1.0, np.abs(gam_ad[k]).max())
-        assert np.max(np.abs(gam[k] - gam_ad[k])) <= 1e-10 * scale
+        N = Vt[mech.nv - d :].T  # SVD null-space basis
+        for E in (np.asarray(tm.E[k]), np.asarray(auto.E[k])):
+            assert E.shape[-1] == d, (mech.name, E.shape, d)
+            assert np.max(np.abs(C[k] @ E)) <= 1e-12 * max(1.0, np.abs(E).max())
+            assert np.linalg.matrix_rank(E) == d
+            assert np.linalg.matrix_rank(np.hstack([E, N]), tol=1e-8) == d
         assert np.max(np.abs(C[k] @ a[k] + gam[k])) <= 1e-11 * max(1.0, np.abs(a[k]).max())
         # a = E udot + a_gamma with a[I] = udot
-        np.testing.assert_allclose(a[k][np.asarray(tm.independent[k])], np.asarray(ud[k][: E.shape[-1]]), atol=1e-13)
-
-
-def test_auto_independent_matches_rank(closed):
-    mech, Q = closed
-    q = Q[0]
-    d = mech.nv - int(jm.rank.numerical_rank(jm.closure_jacobian(mech, q)))
-    tm = red.tangent_map_status(mech, q, "auto")  # concrete q: d computed here
-    assert tm.E.shape == (mech.nv, d) and int(tm.status) == red.OK
-    f = jax.jit(jax.vmap(lambda q: red.tangent_map_status(mech, q, "auto", d=d)))
-    out = f(Q)
-    assert np.all(np.asarray(out.status) == 0)
-    CE = jax.vmap(lambda q, E: jm.closure_jacobian(mech, q) @ E)(Q, out.E)
-    assert float(jnp.max(jnp.abs(CE))) <= 1e-12 * max(1.0, float(jnp.max(jnp.abs(out.E))))
+        np.testing.assert_allclose(a[k][np.asarray(tm.independent[k])], np.asarray(ud[k][:d]), atol=1e-13)
     with pytest.raises(ValueError, match="static mobility"):
-        jax.jit(lambda q: red.tangent_map(mech, q, "auto"))(q)
+        jax.jit(lambda q: red.tangent_map(mech, q, "auto"))(Q[0])
 
 
-@pytest.mark.parametrize("name", ["four_bar", "stewart", "excavator", "cassie", "two_module"])
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "four_bar",
+        "stewart",
+        "excavator",
+        "cassie",
+        *[pytest.param(n, marks=_SLOW) for n in ("five_bar", "slider_crank", "two_module")],
+    ],
+)
 def test_curvature_random_states(configs_dir, name):
     """gamma = Cdot v against jax.jvp at random (not closed) states and velocities."""
     mech = _load(configs_dir, name)
@@ -170,12 +185,14 @@ def test_curvature_second_derivative_of_residual(configs_dir):
 # ----------------------------------------------------------------------------- ports
 
 
-@pytest.mark.parametrize("name", ["stewart", "excavator", "slider_crank", "five_bar"])
+@pytest.mark.parametrize(
+    "name", ["stewart", "excavator", *[pytest.param(n, marks=_SLOW) for n in ("slider_crank", "five_bar")]]
+)
 def test_port_jacobian_and_virtual_work(configs_dir, name):
     mech = _load(configs_dir, name)
     if not mech.topo.port_names:
         pytest.skip("no ports")
-    Q = _assembled(mech, 2)
+    Q = _assembled(mech, BATCH)[:2]
 
     def f(q, v, fp):
         P = red.port_jacobian(mech, q)
@@ -198,7 +215,7 @@ def test_port_jacobian_and_virtual_work(configs_dir, name):
 def test_port_space_drive_matches_joint_space(configs_dir, name):
     """Driving by port (cylinder / leg) speeds gives the same full velocities as joint speeds."""
     mech = _load(configs_dir, name)
-    Q = _assembled(mech, 2)
+    Q = _assembled(mech, BATCH)[:2]
     ports = list(mech.topo.port_names)
     d = mech.nv - int(jm.rank.numerical_rank(jm.closure_jacobian(mech, Q[0])))
     if len(ports) != d:
@@ -221,7 +238,7 @@ def test_port_space_drive_matches_joint_space(configs_dir, name):
 
 def test_port_tangent_map_wrong_count(configs_dir):
     mech = _load(configs_dir, "slider_crank")  # two ports (crank, piston), mobility 1
-    q = _assembled(mech, 1)[0]
+    q = _assembled(mech, BATCH)[0]
     assert int(red.port_tangent_map_status(mech, q).status) != red.OK
     for p in mech.topo.port_names:
         tm = red.port_tangent_map_status(mech, q, [p])
@@ -233,45 +250,37 @@ def test_port_tangent_map_wrong_count(configs_dir):
 # ----------------------------------------------------------------------------- statuses
 
 
-def _four_bar_dead_point(mech):
-    """Crank and coupler collinear: the rocker is at an extreme, its speed cannot drive."""
-    th = np.arccos((0.45**2 + 0.4**2 - 0.3**2) / (2 * 0.45 * 0.4))
-    tip = 0.45 * np.array([np.cos(th), np.sin(th)])
-    u = (tip - np.array([0.4, 0.0])) / 0.3
-    phi = np.arctan2(u[1], u[0]) - th  # rocker x axis relative to the coupler
-    q = np.zeros(mech.nq)
-    q[mech.q_slice("crank")] = th
-    q[mech.q_slice("coupler")] = 0.0
-    q[mech.q_slice("rocker_coupler")] = phi
-    return jnp.asarray(q)
-
-
 def test_status_singular_and_inconsistent(configs_dir):
-    mech = _load(configs_dir, "four_bar")
-    assert mech.joint_names == ("crank", "coupler", "rocker_coupler")
-    q = _four_bar_dead_point(mech)
-    assert float(jnp.max(jnp.abs(jm.closure_residual(mech, q)))) < 1e-12
-    tm = red.tangent_map_status(mech, q, ["rocker_coupler"])
+    # slider-crank at top dead centre: the piston speed is 0 for every crank speed, so the
+    # slider coordinate cannot parametrize the motion
+    mech = _load(configs_dir, "slider_crank")
+    q = jnp.zeros(mech.nq).at[mech.q_slice("slider")].set(0.25)  # r + l
+    assert float(jnp.max(jnp.abs(jm.closure_residual(mech, q)))) < 1e-14
+    tm = red.tangent_map_status(mech, q, ["slider"])
     assert int(tm.status) == red.SINGULAR and bool(jnp.all(jnp.isfinite(tm.E)))
-    assert int(red.tangent_map_status(mech, q, ["crank"]).status) == red.OK
-    tm2 = red.tangent_map_status(mech, mech.q0, ["crank", "coupler"])  # two speeds, mobility 1
+    assert red.STATUS_MESSAGES[int(tm.status)].startswith("singular")
+    ok = red.tangent_map_status(mech, q, ["crank"])
+    assert int(ok.status) == red.OK
+    np.testing.assert_allclose(np.asarray(ok.E)[mech.v_slice("slider")], 0.0, atol=1e-14)
+    four = _load(configs_dir, "four_bar")
+    tm2 = red.tangent_map_status(four, four.q0, ["crank", "coupler"])  # two speeds, mobility 1
     assert int(tm2.status) != red.OK
     with pytest.raises(KeyError):
-        red.tangent_map(mech, q, ["nope"])
+        red.tangent_map(four, four.q0, ["nope"])
+    assert int(red.tangent_map_status(four, four.q0, []).status) == red.SINGULAR  # mobility 1, none named
 
 
 # ----------------------------------------------------------------------------- tracking
 
 
 def test_velocity_lift_matches_track_finite_differences(configs_dir):
-    if not hasattr(jm, "track"):
-        pytest.skip("jm.track not available")
+    track = getattr(jm, "track", None) or pytest.importorskip("jaxmech.tracking").track
     mech = _load(configs_dir, "four_bar")
-    q0 = _assembled(mech, 1)[0]
+    q0 = _assembled(mech, BATCH)[0]
     th0 = float(q0[mech.q_slice("crank")][0])
-    h = 1e-5
+    h = 1e-4
     path = jnp.array([[th0], [th0 + h], [th0 + 2 * h]])
-    out = jm.track(mech, q0, path)
+    out = track(mech, q0, path)
     qs = out.q
     v_fd = np.asarray(jm.difference(mech, qs[0], qs[2])) / (2 * h)
     E = np.asarray(red.tangent_map(mech, qs[1]))
@@ -356,11 +365,12 @@ def test_reduction_thousand_states(configs_dir, name):
     n = Q.shape[0]
     vs = jax.random.normal(jax.random.PRNGKey(12), (n, mech.nv))
     ud = jax.random.normal(jax.random.PRNGKey(13), (n, mech.nv))
-    C, tm, v, gam, gam_ad, a = _reduction_checks(mech)(Q, vs, ud)
-    assert np.all(np.asarray(tm.status) == 0)
-    E = tm.E
-    sE = jnp.maximum(1.0, jnp.max(jnp.abs(E), (1, 2)))
-    assert float(jnp.max(jnp.max(jnp.abs(jnp.einsum("bsn,bnd->bsd", C, E)), (1, 2)) / sE)) <= 1e-12
+    d_auto = mech.nv - int(jm.rank.numerical_rank(jm.closure_jacobian(mech, Q[0])))
+    C, tm, auto, v, gam, gam_ad, a = _reduction_checks(mech, d_auto, with_autodiff=True)(Q, vs, ud)
+    assert np.all(np.asarray(tm.status) == 0) and np.all(np.asarray(auto.status) == 0)
+    for E in (tm.E, auto.E):
+        sE = jnp.maximum(1.0, jnp.max(jnp.abs(E), (1, 2)))
+        assert float(jnp.max(jnp.max(jnp.abs(jnp.einsum("bsn,bnd->bsd", C, E)), (1, 2)) / sE)) <= 1e-12
     sg = jnp.maximum(1.0, jnp.max(jnp.abs(gam_ad), -1))
     assert float(jnp.max(jnp.max(jnp.abs(gam - gam_ad), -1) / sg)) <= 1e-10
     sa = jnp.maximum(1.0, jnp.max(jnp.abs(a), -1))
