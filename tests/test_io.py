@@ -560,3 +560,11 @@ def test_sdf17_frames_relative_to_and_expressed_in():
         np.testing.assert_allclose(T[k], arm, atol=1e-14)
         np.testing.assert_allclose(T[mech.body_names.index("hand")], hand, atol=1e-14)
         np.testing.assert_allclose(np.array(jm.frame_pose(mech, q, "tip")), arm @ pose([0.3, 0, 0]), atol=1e-14)
+
+
+def test_load_reader_options():
+    path = resolve_resource(ERD + "go2_description/urdf/go2.urdf")
+    g = jm.read_graph(path, floating=True)
+    assert g.joints["root_joint"].type == "free"
+    with pytest.raises(jm.ModelError, match="do not apply to .toml"):
+        jm.read_graph(CONFIGS / "four_bar.toml", floating=True)

@@ -7,12 +7,20 @@ from pathlib import Path
 from ..graph import Graph, ModelError
 
 
-def read_graph(path) -> Graph:
-    """Parse any supported file into a :class:`Graph` (before compilation)."""
+def read_graph(path, **options) -> Graph:
+    """Parse any supported file into a :class:`Graph` (before compilation). ``options`` go to the
+    format's reader: ``floating=True`` (URDF: free joint world -> root link), ``model="name"``
+    (SDF: which model of the file)."""
     p = Path(path)
     if not p.exists():
         raise ModelError(f"{p}: file not found")
     suf = p.suffix.lower()
+    allowed = {".urdf": {"floating"}, ".sdf": {"model"}}.get(suf, set())
+    if set(options) - allowed:
+        raise ModelError(
+            f"{p}: reader option(s) {sorted(set(options) - allowed)} do not apply to {suf} files "
+            "(floating: .urdf, model: .sdf)"
+        )
     if suf == ".toml":
         from .toml import read_toml
 
@@ -24,11 +32,11 @@ def read_graph(path) -> Graph:
     if suf == ".urdf":
         from .urdf import read_urdf
 
-        return read_urdf(p)
+        return read_urdf(p, **options)
     if suf == ".sdf":
         from .sdf import read_sdf
 
-        return read_sdf(p)
+        return read_sdf(p, **options)
     if suf == ".json":
         from .cmg import read_cmg
 
@@ -36,11 +44,15 @@ def read_graph(path) -> Graph:
     raise ModelError(f"{p}: unsupported file type '{suf}' (expected .toml, .xml, .urdf, .sdf or .json)")
 
 
-def load(path, **compile_options):
-    """Load and compile a mechanism file (.toml, .xml MJCF, .urdf, .sdf, .json CMG graph)."""
+def load(path, **options):
+    """Load and compile a mechanism file (.toml, .xml MJCF, .urdf, .sdf, .json CMG graph).
+
+    Reader options (``floating`` for URDF, ``model`` for SDF) go to :func:`read_graph`, the rest
+    (``cuts``, ``tree``) to :func:`jaxmech.compile`."""
     from ..compile import compile as _compile
 
-    return _compile(read_graph(path), **compile_options)
+    reader = {k: options.pop(k) for k in ("floating", "model") if k in options}
+    return _compile(read_graph(path, **reader), **options)
 
 
 def resolve_resource(spec: str, base_dir=None, where: str = "") -> Path:
