@@ -142,24 +142,43 @@ def test_external_wrenches_vs_pinocchio(robot):
         tq, f = R @ w[:3], R @ w[3:]
         Wa[name] = np.concatenate([tq, f])
         Ww[name] = np.concatenate([tq + np.cross(p, f), f])
-    t0 = jm.rnea(mech, q[0], v[0], a[0], f_ext=W)
-    np.testing.assert_allclose(jm.rnea(mech, q[0], v[0], a[0], Wa, "world_aligned"), t0, atol=1e-10)
-    np.testing.assert_allclose(jm.rnea(mech, q[0], v[0], a[0], Ww, "world"), t0, atol=1e-10)
+    refs = jax.jit(
+        lambda q, v, a: (
+            jm.rnea(mech, q, v, a, f_ext=W),
+            jm.rnea(mech, q, v, a, Wa, "world_aligned"),
+            jm.rnea(mech, q, v, a, Ww, "world"),
+        )
+    )
+    t0, t1, t2 = refs(q[0], v[0], a[0])
+    np.testing.assert_allclose(t1, t0, atol=1e-10)
+    np.testing.assert_allclose(t2, t0, atol=1e-10)
 
 
 def test_damping_and_armature_conventions():
     mech = jm.load(Path(__file__).resolve().parents[1] / "configs" / "panda.toml")
     mech = eqx.tree_at(lambda m: (m.armature, m.damping), mech, (jnp.full(mech.nv, 0.1), jnp.full(mech.nv, 0.3)))
     q, v, a, tau = (x[0] for x in _states(mech, 1, seed=5))
-    M, h = jm.crba(mech, q), jm.nonlinear_effects(mech, q, v)
-    np.testing.assert_allclose(jm.rnea(mech, q, v, a), M @ a + h, atol=1e-11)
-    np.testing.assert_allclose(M @ jm.aba(mech, q, v, tau) + h, tau, atol=1e-10)
+
+    @jax.jit
+    def parts(q, v, a, tau):
+        return (
+            jm.crba(mech, q),
+            jm.nonlinear_effects(mech, q, v),
+            jm.rnea(mech, q, v, a),
+            jm.aba(mech, q, v, tau),
+            jax.jacfwd(lambda a: jm.rnea(mech, q, v, a))(a),
+            jm.gravity_torques(mech, q),
+            jm.nonlinear_effects(mech, q, 2 * v),
+        )
+
+    M, h, t, acc, dtda, g, h2 = parts(q, v, a, tau)
+    np.testing.assert_allclose(t, M @ a + h, atol=1e-11)
+    np.testing.assert_allclose(M @ acc + h, tau, atol=1e-10)
     # M is the Jacobian of rnea with respect to a (forward-mode autodiff)
-    np.testing.assert_allclose(jax.jacfwd(lambda a: jm.rnea(mech, q, v, a))(a), M, atol=1e-12)
+    np.testing.assert_allclose(dtda, M, atol=1e-12)
     # h - g is damping * v + C(q, v) v, with C v quadratic in v
-    g = jm.gravity_torques(mech, q)
     cv = h - g - 0.3 * v
-    np.testing.assert_allclose(jm.nonlinear_effects(mech, q, 2 * v) - g - 0.6 * v, 4 * cv, atol=1e-10)
+    np.testing.assert_allclose(h2 - g - 0.6 * v, 4 * cv, atol=1e-10)
 
 
 def test_to_pinocchio_round_trip(robot):
@@ -183,31 +202,33 @@ def _fd(f, x, dx, h=1e-6):
 
 @pytest.mark.parametrize("fn", ["rnea", "aba"])
 def test_gradients_vs_finite_differences(fn):
-    mech = _robot("go2").mech
+    mech = _robot("go2" if fn == "aba" else "panda").mech
     q, v, a, tau = (x[0] for x in _states(mech, 1, seed=11))
     rng = np.random.default_rng(11)
     dq, dv, dt = (jnp.asarray(rng.normal(size=mech.nv)) for _ in range(3))
     dm = jnp.asarray(rng.normal(size=mech.nb))
     x3 = a if fn == "rnea" else tau
-    f = jax.jit(lambda mech, q, v, x: getattr(jm, fn)(mech, q, v, x))
+    w = jnp.asarray(rng.normal(size=mech.nv))
 
     def along(eps):  # q moves on the manifold (integrate), everything else linearly
         m = eqx.tree_at(lambda m: m.mass, mech, mech.mass + eps * dm)
-        return f(m, jm.integrate(mech, q, eps * dq), v + eps * dv, x3 + eps * dt)
+        return getattr(jm, fn)(m, jm.integrate(mech, q, eps * dq), v + eps * dv, x3 + eps * dt)
 
-    jvp = jax.jvp(along, (jnp.zeros(()),), (jnp.ones(()),))[1]
-    fd = (along(1e-6) - along(-1e-6)) / 2e-6
+    @jax.jit
+    def derivs():
+        jvp = jax.jvp(along, (jnp.zeros(()),), (jnp.ones(()),))[1]
+        vals = jax.vmap(along)(jnp.array([1e-6, -1e-6]))
+        return jvp, (vals[0] - vals[1]) / 2e-6, jax.grad(lambda e: w @ along(e))(0.0)
+
+    jvp, fd, g = derivs()
     assert float(jnp.max(jnp.abs(jvp - fd)) / jnp.max(jnp.abs(jvp))) < 1e-6
-    # reverse mode agrees with forward mode
-    w = jnp.asarray(rng.normal(size=mech.nv))
-    g = jax.grad(lambda e: w @ along(e))(0.0)
-    np.testing.assert_allclose(g, w @ jvp, rtol=1e-9)
+    np.testing.assert_allclose(g, w @ jvp, rtol=1e-9)  # reverse mode agrees with forward mode
 
 
 def test_float32_tier():
     mech = _robot("go2").mech
     q, v, a, tau = _states(mech, 8, seed=13)
-    ref = jax.vmap(lambda q, v, t: jm.aba(mech, q, v, t))(q, v, tau)
+    ref = jax.jit(jax.vmap(lambda q, v, t: jm.aba(mech, q, v, t)))(q, v, tau)
     m32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32) if eqx.is_array(x) else x, mech)
     out = jax.jit(jax.vmap(lambda q, v, t: jm.aba(m32, q, v, t)))(*(x.astype(jnp.float32) for x in (q, v, tau)))
     assert out.dtype == jnp.float32
