@@ -221,7 +221,9 @@ def test_stewart_forward_kinematics_from_perturbed_guesses(stewart, stewart_geom
     dv = rng.uniform(-1, 1, (B, mech.nv)) * scale
     guesses = np.array(jax.vmap(lambda v: jm.integrate(mech, jnp.asarray(q0), v))(jnp.asarray(dv)))
     guesses[5] = np.nan
-    free = eqx.tree_at(lambda m: (m.lower, m.upper), mech, (jnp.full(mech.nq, -jnp.inf), jnp.full(mech.nq, jnp.inf)))
+    free = eqx.tree_at(
+        lambda m: (m.lower, m.upper), mech, (jnp.full_like(mech.lower, -jnp.inf), jnp.full_like(mech.upper, jnp.inf))
+    )
     unreachable = q0.copy()
     unreachable[lq] = [0.5] * 5 + [3.0]  # leg 5 longer than any closure allows
     guesses[7] = unreachable
