@@ -568,3 +568,28 @@ def test_load_reader_options():
     assert g.joints["root_joint"].type == "free"
     with pytest.raises(jm.ModelError, match="do not apply to .toml"):
         jm.read_graph(CONFIGS / "four_bar.toml", floating=True)
+
+
+def test_mujoco_testdata_model():
+    """MuJoCo's own test model (defaults, classes, ball/free joints, weld, tendon and site
+    actuators): same sizes, qpos0 and body poses as MuJoCo; its weld is closed at qpos0."""
+    path = Path(mujoco.__file__).parent / "testdata" / "model.xml"
+    if not path.exists():
+        pytest.skip("mujoco testdata not installed")
+    with pytest.warns(UserWarning, match="not a simple port|two-site tendons"):
+        mech = jm.load(path)
+    m = mujoco.MjModel.from_xml_path(str(path))
+    d = mujoco.MjData(m)
+    assert (mech.nq, mech.nv) == (m.nq, m.nv)
+    np.testing.assert_array_equal(np.array(mech.q0), m.qpos0)
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        qp = _unit_quats(m, m.qpos0 + rng.normal(size=m.nq))
+        d.qpos[:] = qp
+        mujoco.mj_kinematics(m, d)
+        T = np.array(fk(mech, jnp.array(qp)))
+        for b in range(1, m.nbody):
+            i = mech.body_names.index(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b) or f"body{b}")
+            np.testing.assert_allclose(T[i][:3, 3], d.xpos[b], atol=1e-12)
+            np.testing.assert_allclose(T[i][:3, :3], d.xmat[b].reshape(3, 3), atol=1e-12)
+    assert np.abs(np.array(res_fn(mech, mech.q0))).max() < 1e-12

@@ -119,7 +119,7 @@ def graph_from_mjmodel(m, source: str | None = None, name: str | None = None) ->
             else:
                 warnings.warn(f"{source}: actuator '{aname}' drives a ball/free joint: not a port", stacklevel=2)
         elif trn == mujoco.mjtTrn.mjTRN_TENDON:
-            adr, num = int(m.ten_adr[tid]), int(m.ten_num[tid])
+            adr, num = int(m.tendon_adr[tid]), int(m.tendon_num[tid])
             types = [int(m.wrap_type[adr + k]) for k in range(num)]
             if num == 2 and all(t == mujoco.mjtWrap.mjWRAP_SITE for t in types):
                 s1, s2 = int(m.wrap_objid[adr]), int(m.wrap_objid[adr + 1])
