@@ -114,20 +114,27 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
     # direct correction on the physical closure with the previous selector (eq. (59))
     d = _homotopy(mech, part, q_pred, zero, rows, 1.0, 0.0, False, opts)
     direct_ok = d.finished
-    # fallback: defect homotopy from the prediction, skipped (zero iterations) where direct_ok
-    defect = defect_at(mech, q_pred)
-    _, J0 = defected_residual_and_jacobian(mech, q_pred, 0.0, defect)
-    sel0, _ = select_rows(J0[:, p], p.size)
-    h = _homotopy(mech, part, q_pred, defect, sel0, 0.0, opts.dlam0, direct_ok, opts)
-    q_h = jnp.where(h.finished, h.q_acc, h.q_good)
+    # fallback: defect homotopy from the prediction. lax.cond skips it for a single path; under
+    # vmap both branches run, and the while_loop starting "done" where direct_ok costs nothing.
+    def fallback(q_pred):
+        defect = defect_at(mech, q_pred)
+        _, J0 = defected_residual_and_jacobian(mech, q_pred, 0.0, defect)
+        sel0, _ = select_rows(J0[:, p], p.size)
+        h = _homotopy(mech, part, q_pred, defect, sel0, 0.0, opts.dlam0, direct_ok, opts)
+        return jnp.where(h.finished, h.q_acc, h.q_good), h.finished, h.too_small, h.rc_good, h.it
+
+    def skip(q_pred):
+        return q_pred, jnp.asarray(False), jnp.asarray(False), jnp.ones((), dt), jnp.zeros((), jnp.int32)
+
+    q_h, h_finished, h_too_small, h_rc, h_it = jax.lax.cond(direct_ok, skip, fallback, q_pred)
     q_new = jnp.where(direct_ok, d.q_acc, q_h)
-    finished = direct_ok | h.finished
-    rc_last = jnp.where(direct_ok, d.rc_good, h.rc_good)
+    finished = direct_ok | h_finished
+    rc_last = jnp.where(direct_ok, d.rc_good, h_rc)
     pre = jnp.asarray(-1, jnp.int32)
-    status, residual, rank, rc, new_rows = _finish(mech, part, q_new, opts, pre, finished, h.too_small, rc_last, dt)
+    status, residual, rank, rc, new_rows = _finish(mech, part, q_new, opts, pre, finished, h_too_small, rc_last, dt)
     ok = status == CONVERGED
     rows_next = jnp.where(ok, new_rows, rows)
-    out = (q_new, status, residual, d.it + jnp.where(direct_ok, 0, h.it), ~direct_ok, rank, rc, rows_next)
+    out = (q_new, status, residual, d.it + jnp.where(direct_ok, 0, h_it), ~direct_ok, rank, rc, rows_next)
     return _Carry(q_new, rows_next), out
 
 
