@@ -31,8 +31,9 @@ prismatic
 coupling       joint equality (one or two joints; ``polycoef`` from the linear relation)
 =============  ================================================================================
 
-Actuators: a ``motor`` per joint port (its gear), a ``motor`` per actuated coordinate not already
-driven by a port, and a tendon ``motor`` per distance port.
+Actuators: when the mechanism has ports, they are its actuators: a ``motor`` per joint port (its
+gear) and a spatial tendon between the two frames with a tendon ``motor`` per distance port
+(a hydraulic cylinder). Without ports, a ``motor`` (gear 1) per actuated coordinate.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def export_mjcf(
             ET.SubElement(sp, "site", site=t.frame_names[fa])
             ET.SubElement(sp, "site", site=t.frame_names[fb])
             ET.SubElement(act, "motor", name=pn, tendon=tn, gear=f"{gear:.17g}")
-    for vi in np.asarray(t.actuated_v, dtype=int):
+    for vi in np.asarray(t.actuated_v, dtype=int) if not t.port_names else ():
         if int(vi) in v_joint and int(vi) not in driven:
             ET.SubElement(act, "motor", name=f"{v_joint[int(vi)]}__motor", joint=v_joint[int(vi)])
     for el in (tendon, eq, act):
