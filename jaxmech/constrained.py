@@ -271,8 +271,9 @@ def inverse_dynamics(
     Solves ``B f + C^T lambda = M a + h`` (virtual-work consistent: ``B = P^T`` for port efforts,
     pass ``actuators=jm.port_jacobian(mech, q).T``; default: the actuated joint coordinates, or
     every coordinate of a tree). ``a`` should satisfy ``C a + gamma = 0``. With ``P`` the
-    orthogonal projector onto ``null(C_s)`` the efforts solve ``(B^T P B) f = B^T P (M a + h)``
-    (exact when the actuators span the mobility, i.e. ``E^T B`` is square and invertible), then
+    orthogonal projector onto ``null(C_s)`` the efforts solve ``P B f = P (M a + h)`` (exact when
+    the actuators span the mobility, i.e. ``E^T B`` is square and invertible; minimum-norm efforts
+    for redundant actuation; status 1 when no effort realizes ``a``), then
     ``C_s^T lambda_s = M a + h - B f``. For a tree this reduces to ``f = rnea`` restricted to
     ``actuators``. ``actuators``: None, joint names / 'joint:k' / indices, or a matrix (nv, na)."""
     dt = q.dtype
@@ -288,7 +289,9 @@ def inverse_dynamics(
         Lg = jnp.linalg.cholesky(G)
         P = P - rows.Cs.T @ _cho_solve(Lg, rows.Cs)
     PB = P @ B
-    f = jnp.linalg.solve(PB.T @ PB, PB.T @ rhs) if B.shape[1] else jnp.zeros(0, dt)
+    # exact when the actuators span the mobility (square, invertible E^T B); minimum-norm
+    # efforts for redundant actuation (SVD), so an over-actuated system never gives NaN
+    f = jnp.linalg.lstsq(PB, P @ rhs)[0] if B.shape[1] else jnp.zeros(0, dt)
     tau = B @ f
     lam = jnp.zeros(rows.s, dt)
     if rows.k:

@@ -70,7 +70,7 @@ def _pin_fd(mech, model, cons, q, v, tau, mu=0.0, iters=1):
     return jm.v_from_pinocchio(mech, pin.constraintDynamics(model, data, qp, vp, tp, cons, datas, ps))
 
 
-@pytest.mark.parametrize("cfg", ["stewart", "stewart_graph"])
+@pytest.mark.parametrize("cfg", ["stewart", pytest.param("stewart_graph", marks=pytest.mark.slow)])
 def test_stewart_vs_pinocchio(cfg):
     mech = _load(cfg)
     Q = _assembled(mech, 24, 0.03)
@@ -123,7 +123,15 @@ def _mp_reference(M, h, C, gamma, tau, dps=40):
     return np.array([float(a[j]) for j in range(nv)]), r
 
 
-@pytest.mark.parametrize("cfg", ["four_bar", "five_bar", "slider_crank", "excavator"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        "four_bar",
+        "excavator",
+        pytest.param("five_bar", marks=pytest.mark.slow),
+        pytest.param("slider_crank", marks=pytest.mark.slow),
+    ],
+)
 def test_planar_linkages_vs_mpmath(cfg):
     if not (CONFIGS / f"{cfg}.toml").exists():
         pytest.skip(f"configs/{cfg}.toml not present")
@@ -211,7 +219,7 @@ def test_inverse_dynamics_stewart_and_tree():
     np.testing.assert_allclose(inv.effort, F, atol=1e-8 * np.abs(F).max())
     np.testing.assert_allclose(inv.multipliers, fwd.multipliers, atol=1e-8 * float(jnp.max(jnp.abs(fwd.multipliers))))
     # a tree: all coordinates actuated, efforts = rnea
-    tree = _load("panda")
+    tree = _load("go2")
     q = jm.random_configuration(tree, jax.random.PRNGKey(0))
     v, a = jnp.asarray(rng.normal(size=(2, tree.nv)))
     out = jm.inverse_dynamics(tree, q, v, a, actuators=np.arange(tree.nv))
