@@ -19,7 +19,7 @@ from jaxmech.io.urdf import read_urdf
 
 DATA = Path(__file__).parent / "data"
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-STEWART_JSON = Path("/work/shared/reference-robots/stewart_physical_graph.json")
+STEWART_JSON = DATA / "stewart_physical_graph.json"  # copy of the RoboCompiler six-UPS graph (reference-robots)
 ERD = "example-robot-data:"
 
 fk = jax.jit(jm.forward_kinematics)

@@ -1,6 +1,6 @@
 """Mechanism-graph JSON reader (RoboCompiler "CMG" physical joint graphs, ``*.json``).
 
-The format family (``/work/shared/reference-robots/README.md``, paper 000) shares one core:
+The format family (RoboCompiler, paper 000; ``tests/data/stewart_physical_graph.json`` is one) shares one core:
 
 * ``bodies[]``: ``id``, ``mass_kg``, ``com_m`` (3), ``inertia_kg_m2`` or ``inertia_com_kg_m2``
   (3x3 about the COM);
