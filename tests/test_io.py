@@ -593,3 +593,29 @@ def test_mujoco_testdata_model():
             np.testing.assert_allclose(T[i][:3, 3], d.xpos[b], atol=1e-12)
             np.testing.assert_allclose(T[i][:3, :3], d.xmat[b].reshape(3, 3), atol=1e-12)
     assert np.abs(np.array(res_fn(mech, mech.q0))).max() < 1e-12
+
+
+def test_sdf16_use_parent_model_frame(tmp_path):
+    from scipy.spatial.transform import Rotation
+
+    from jaxmech.graph import pose
+
+    p = tmp_path / "m16.sdf"
+    p.write_text(
+        "<sdf version='1.6'><model name='m16'>"
+        "<link name='a'><pose>0 0 1 0 0 0.5</pose><inertial><mass>1</mass></inertial></link>"
+        "<joint name='j' type='revolute'><parent>world</parent><child>a</child>"
+        "<axis><xyz>1 0 0</xyz><use_parent_model_frame>true</use_parent_model_frame></axis></joint>"
+        "<link name='b'><pose>0.3 0 1 0 0 0.5</pose><inertial><mass>1</mass></inertial></link>"
+        "<joint name='k' type='revolute'><pose>0 0.1 0 0 0 0</pose><parent>a</parent><child>b</child>"
+        "<axis><xyz>1 0 0</xyz></axis></joint></model></sdf>"
+    )
+    mech = jm.load(p)
+    A0, B0 = pose([0, 0, 1], rpy=[0, 0, 0.5]), pose([0.3, 0, 1], rpy=[0, 0, 0.5])
+    Rw = Rotation.from_euler("x", 0.4).as_matrix()  # model-frame x through the joint origin (0, 0, 1)
+    S = pose([0, 0, 1]) @ pose(R=Rw) @ pose([0, 0, -1])
+    Jb = B0 @ pose([0, 0.1, 0])  # joint k: in b's frame, axis = b's x (joint frame)
+    Sb = Jb @ pose(R=Rotation.from_euler("x", -0.3).as_matrix()) @ np.linalg.inv(Jb)
+    T = np.array(fk(mech, jnp.array([0.4, -0.3])))
+    np.testing.assert_allclose(T[mech.body_names.index("a")], S @ A0, atol=1e-14)
+    np.testing.assert_allclose(T[mech.body_names.index("b")], S @ Sb @ B0, atol=1e-14)
