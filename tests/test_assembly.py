@@ -37,6 +37,12 @@ def freudenstein(th2, a, b, c, d, branch):
 FB = dict(a=0.1, b=0.35, c=0.3, d=0.4)  # configs/four_bar.toml
 
 
+def nearest_branch(q, th, **lengths):
+    """Closed form on the assembly branch closest to the configuration q (its first row)."""
+    refs = [freudenstein(th, **lengths, branch=b) for b in (1, -1)]
+    return min(refs, key=lambda R: np.abs(wrap(np.atleast_2d(q)[0] - R[0])).max())
+
+
 @pytest.fixture(scope="module")
 def four_bar(configs_dir):
     return jm.load(configs_dir / "four_bar.toml")
@@ -144,8 +150,7 @@ def test_track_four_bar_1000_steps(four_bar):
     assert np.all(np.asarray(res.status) == A.CONVERGED)
     assert np.asarray(res.residual).max() <= 1e-10
     # continuous motion stays on the branch of the first (homotopy-acquired) configuration
-    refs = [freudenstein(wrap(th), **FB, branch=b) for b in (1, -1)]
-    ref = min(refs, key=lambda R: np.abs(wrap(np.asarray(res.q)[0] - R[0])).max())
+    ref = nearest_branch(np.asarray(res.q), wrap(th), **FB)
     assert np.abs(wrap(np.asarray(res.q) - ref)).max() <= 1e-10
     assert int(np.asarray(res.fallback)[1:].sum()) == 0  # no re-acquisition needed
 
@@ -269,3 +274,74 @@ def test_stewart_inverse_kinematics(stewart, stewart_geometry):
         np.testing.assert_allclose(Q[k, lq], leg_lengths(stewart_geometry, G[k, :3], G[k, 3:7]), rtol=0, atol=1e-12)
     assert np.asarray(r.residual)[good].max() <= 1e-12
     assert np.all(np.isfinite(Q))
+
+
+# ----------------------------------------------------------------------------- partition, CLI
+
+
+def test_uninvolved_coordinates_are_held(configs_dir, tmp_path):
+    """A pendulum hanging off the crank is in no closure row: it is neither active nor solved."""
+    src = (configs_dir / "four_bar.toml").read_text()
+    src += """
+[[body]]
+name = "bob"
+mass = 0.1
+com = [0.0, -0.05, 0.0]
+inertia = [1e-5, 1e-5, 1e-5]
+
+[[joint]]
+name = "pendulum"
+type = "revolute"
+parent = "crank"
+child = "bob"
+parent_xyz = [0.05, 0.0, 0.0]
+axis = [0, 0, 1]
+q0 = 0.25
+"""
+    (tmp_path / "fb_pendulum.toml").write_text(src)
+    mech = jm.load(tmp_path / "fb_pendulum.toml")
+    part = A.partition(mech)
+    iv = int(mech.v_indices(["pendulum"])[0])
+    assert iv in part.held and iv not in part.passive and iv not in part.active
+    assert sorted(part.passive) == sorted(mech.v_indices(["coupler", "rocker_coupler"]).tolist())
+    q = np.asarray(mech.q0).copy()
+    q[mech.q_slice("crank")] = 0.9
+    r = jm.assemble(mech, jnp.asarray(q))
+    assert int(r.status) == A.CONVERGED
+    assert float(r.q[mech.q_slice("pendulum")][0]) == 0.25
+    got = np.asarray(r.q)[[mech.q_slice(n).start for n in ("crank", "coupler", "rocker_coupler")]]
+    ref = nearest_branch(got, np.array([0.9]), **FB)[0]
+    assert np.abs(wrap(got - ref)).max() <= 1e-10
+
+
+def test_cli_assemble(tmp_path):
+    from typer.testing import CliRunner
+
+    from jaxmech.cli import app
+
+    res = CliRunner().invoke(app, ["assemble", "four_bar", "--set", "crank=0.7"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "converged" in res.output
+    ref = freudenstein(np.array([0.7]), **FB, branch=-1)[0]  # the branch of q0
+    assert f"{ref[1]:+.9f}" in res.output
+    bad = CliRunner().invoke(app, ["assemble", "four_bar", "--set", "nope=1"])
+    assert bad.exit_code != 0
+
+
+@pytest.mark.slow
+def test_cli_track_writes_csv_and_plot(tmp_path):
+    from typer.testing import CliRunner
+
+    from jaxmech.cli import app
+
+    th = np.linspace(0.0, 2 * np.pi, 120)
+    path = tmp_path / "path.csv"
+    path.write_text("crank\n" + "\n".join(f"{t:.15g}" for t in th) + "\n")
+    res = CliRunner().invoke(app, ["track", "four_bar", str(path), "--chunk", "50"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    rows = np.genfromtxt(tmp_path / "path_tracked.csv", delimiter=",", names=True)
+    assert len(rows) == 120 and np.all(rows["status"] == 0) and rows["residual"].max() <= 1e-10
+    got = np.stack([rows["crank"], rows["coupler"], rows["rocker_coupler"]], -1)
+    ref = nearest_branch(got, wrap(th), **FB)
+    assert np.abs(wrap(got - ref)).max() <= 1e-10
+    assert (tmp_path / "path_tracked.png").stat().st_size > 10_000
