@@ -178,12 +178,16 @@ def make_tracking_env(
     if missing:
         raise ValueError(f"{mech.name}: unknown port(s) {missing} (ports: {', '.join(names)})")
     idx = tuple(names.index(p) for p in ports)
-    bank = jax.jit(lambda k: random_closed_configurations(mech, k, n_targets, spread))(jax.random.PRNGKey(seed))
-    poses = jax.vmap(lambda q: frame_pose(mech, q, frame))(bank)
-    pv = jax.vmap(lambda q: port_values(mech, q))(bank)[:, np.asarray(idx)]
-    Ep = _port_lift(mech, bank[0], idx)
-    fg = jnp.abs(Ep.T @ gravity_torques(mech, bank[0]))
-    scale = jnp.maximum(fg, 0.1 * jnp.max(fg) + 1e-9)
+
+    @jax.jit
+    def tables(key):  # one compiled function for all construction-time tables
+        bank = random_closed_configurations(mech, key, n_targets, spread)
+        poses = jax.vmap(lambda q: frame_pose(mech, q, frame))(bank)
+        pv = jax.vmap(lambda q: port_values(mech, q))(bank)[:, np.asarray(idx)]
+        fg = jnp.abs(_port_lift(mech, bank[0], idx).T @ gravity_torques(mech, bank[0]))
+        return bank, poses, pv, jnp.maximum(fg, 0.1 * jnp.max(fg) + 1e-9)
+
+    bank, poses, pv, scale = tables(jax.random.PRNGKey(seed))
     return TrackingEnv(mech, bank, poses, pv, scale, frame, task, idx, dt, substeps, horizon, **kw)
 
 
