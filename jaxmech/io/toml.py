@@ -72,14 +72,49 @@ import numpy as np
 
 from ..graph import Graph, ModelError, pose
 
-_TOP = {"name", "gravity", "body", "joint", "constraint", "coupling", "port", "description", "source", "root",
-        "urdf", "sdf", "mjcf", "cmg", "floating", "frame", "actuated"}
+_TOP = {
+    "name",
+    "gravity",
+    "body",
+    "joint",
+    "constraint",
+    "coupling",
+    "port",
+    "description",
+    "source",
+    "root",
+    "urdf",
+    "sdf",
+    "mjcf",
+    "cmg",
+    "floating",
+    "frame",
+    "actuated",
+}
 _BASE = ("urdf", "sdf", "mjcf", "cmg")
 _FRAME_TABLE = {"name", "body", "xyz", "rpy", "quat"}
 _BODY = {"name", "mass", "com", "inertia", "frames"}
 _JOINT = {
-    "name", "type", "parent", "child", "axis", "axis2", "parent_xyz", "parent_rpy", "parent_quat", "child_xyz",
-    "child_rpy", "child_quat", "lower", "upper", "offset", "actuated", "cut", "q0", "armature", "damping",
+    "name",
+    "type",
+    "parent",
+    "child",
+    "axis",
+    "axis2",
+    "parent_xyz",
+    "parent_rpy",
+    "parent_quat",
+    "child_xyz",
+    "child_rpy",
+    "child_quat",
+    "lower",
+    "upper",
+    "offset",
+    "actuated",
+    "cut",
+    "q0",
+    "armature",
+    "damping",
 }
 _CONS = {"name", "type", "a", "b", "a_xyz", "a_rpy", "a_quat", "b_xyz", "b_rpy", "b_quat", "axes", "length"}
 _COUP = {"name", "coeffs", "offset"}
@@ -172,12 +207,22 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
             if req not in j:
                 raise g.error(el, f"missing '{req}'")
         g.add_joint(
-            j["name"], j["type"], j["parent"], j["child"],
-            parent_pose=_pose_from(g, el, j, "parent_"), child_pose=_pose_from(g, el, j, "child_"),
-            axis=j.get("axis", (0, 0, 1)), axis2=j.get("axis2", (0, 1, 0)),
-            lower=j.get("lower"), upper=j.get("upper"), offset=j.get("offset", 0.0),
-            actuated=j.get("actuated", False), cut=j.get("cut"), q0=j.get("q0"),
-            armature=j.get("armature", 0.0), damping=j.get("damping", 0.0),
+            j["name"],
+            j["type"],
+            j["parent"],
+            j["child"],
+            parent_pose=_pose_from(g, el, j, "parent_"),
+            child_pose=_pose_from(g, el, j, "child_"),
+            axis=j.get("axis", (0, 0, 1)),
+            axis2=j.get("axis2", (0, 1, 0)),
+            lower=j.get("lower"),
+            upper=j.get("upper"),
+            offset=j.get("offset", 0.0),
+            actuated=j.get("actuated", False),
+            cut=j.get("cut"),
+            q0=j.get("q0"),
+            armature=j.get("armature", 0.0),
+            damping=j.get("damping", 0.0),
         )
     for k, f in enumerate(data.get("frame", [])):
         el = f"frame #{k + 1} '{f.get('name', '?') if isinstance(f, dict) else '?'}'"
@@ -197,9 +242,14 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
             if req not in c:
                 raise g.error(el, f"missing '{req}'")
         g.add_constraint(
-            c["name"], c["type"], c.get("a", "world"), c.get("b", "world"),
-            pose_a=_pose_from(g, el, c, "a_"), pose_b=_pose_from(g, el, c, "b_"),
-            axes=c.get("axes"), length=c.get("length", 0.0),
+            c["name"],
+            c["type"],
+            c.get("a", "world"),
+            c.get("b", "world"),
+            pose_a=_pose_from(g, el, c, "a_"),
+            pose_b=_pose_from(g, el, c, "b_"),
+            axes=c.get("axes"),
+            length=c.get("length", 0.0),
         )
     for k, c in enumerate(data.get("coupling", [])):
         el = f"coupling #{k + 1} '{c.get('name', '?') if isinstance(c, dict) else '?'}'"
@@ -208,8 +258,15 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
     for k, p in enumerate(data.get("port", [])):
         el = f"port #{k + 1} '{p.get('name', '?') if isinstance(p, dict) else '?'}'"
         _check_keys(g, el, p, _PORT)
-        g.add_port(p["name"], p.get("type", "joint"), p.get("joint"), p.get("index", 0), p.get("a"), p.get("b"),
-                   p.get("gear", 1.0))
+        g.add_port(
+            p["name"],
+            p.get("type", "joint"),
+            p.get("joint"),
+            p.get("index", 0),
+            p.get("a"),
+            p.get("b"),
+            p.get("gear", 1.0),
+        )
     return g
 
 
