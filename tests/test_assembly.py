@@ -180,6 +180,16 @@ def test_implicit_gradients_match_central_differences(four_bar, solve):
     jv_l = np.asarray(jvp(four_bar, c0, dmech_l, 0.0))
     for jv, fd in ((jv_c, fd_c), (jv_l, fd_l)):
         assert np.abs(jv - fd).max() <= 1e-6 * np.abs(fd).max()
+    # cut placements: ground pivot (cut_pose_a, world side) and rocker-side pivot (cut_pose_b)
+    for field in ("cut_pose_a", "cut_pose_b"):
+        get = lambda m, field=field: getattr(m, field)  # noqa: E731
+        mp = eqx.tree_at(get, four_bar, get(four_bar).at[0, 0, 3].add(h))
+        mm = eqx.tree_at(get, four_bar, get(four_bar).at[0, 0, 3].add(-h))
+        qp, qm = fd_batch([mp, mm], [c0, c0])
+        fd = (qp - qm) / (2 * h)
+        jv = np.asarray(jvp(four_bar, c0, eqx.tree_at(get, dmech, get(dmech).at[0, 0, 3].set(1.0)), 0.0))
+        assert np.abs(fd).max() > 0.1
+        assert np.abs(jv - fd).max() <= 1e-6 * np.abs(fd).max()
     assert jv_c[0] == pytest.approx(1.0)
     # reverse mode (grad of the rocker angle) agrees with forward mode
     gm, gc = jax.jit(jax.grad(lambda m, c: f(m, c)[2], argnums=(0, 1)))(four_bar, c0)
