@@ -355,3 +355,19 @@ def test_cli_track_writes_csv_and_plot(tmp_path):
     ref = nearest_branch(got, wrap(th), **FB)
     assert np.abs(wrap(got - ref)).max() <= 1e-10
     assert (tmp_path / "path_tracked.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_track_falls_back_to_homotopy_and_batches(four_bar):
+    """A 3 rad jump with a tight corrector budget forces re-acquisition by defect homotopy;
+    several paths run batched with vmap."""
+    base = jnp.linspace(0.0, 1.0, 40)
+    paths = jnp.stack([base.at[20:].add(3.0), base, -base])[..., None]
+    res = jax.jit(jax.vmap(lambda p: jm.track(four_bar, four_bar.q0, p, max_inner=4)))(paths)
+    assert np.all(np.asarray(res.status) == A.CONVERGED)
+    assert np.asarray(res.residual).max() <= 1e-10
+    assert bool(np.asarray(res.fallback)[0, 20])
+    for k in range(3):
+        q = np.asarray(res.q)[k]
+        err = [np.abs(wrap(q[i] - nearest_branch(q[i], q[i : i + 1, 0], **FB)[0])).max() for i in range(40)]
+        assert max(err) <= 1e-10
