@@ -110,7 +110,7 @@ class AssemblyOptions:
     raw_tol_mid: float = 1e-5
     rcond_min: float = 1e-8
     rank_rtol: float = 1e-9
-    max_iter: int = 300
+    max_iter: int = 150
     max_inner: int = 12
     dlam0: float = 0.5
     dlam_min: float = 1.0 / 256
