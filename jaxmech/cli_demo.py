@@ -159,7 +159,9 @@ def demo(
 
         fig, axs = plt.subplots(2, 2, figsize=(11, 7))
         t_ro = dt * np.arange(1, steps + 1)
-        plots.trajectories(t_ro, pos[..., 2], ax=axs[0, 0], title="platform height, batch of rollouts", ylabel="z [m]")
+        plots.trajectories(
+            t_ro, pos[..., 2].T, ax=axs[0, 0], title="platform height, batch of rollouts", ylabel="z [m]"
+        )
         plots.closure_gap(t_ro, gap, ax=axs[0, 1], title="closure gap during rollouts")
         axs[1, 0].plot(np.arange(path_steps), path - base[None], lw=1)
         axs[1, 0].set(xlabel="path step", ylabel="leg length change [m]", title="tracked leg-length path")

@@ -146,7 +146,7 @@ def port_inverse_dynamics(mech: Mechanism, q, v, a, Ep=None) -> jnp.ndarray:
 
 
 def make_dataset(
-    mech: Mechanism, key, n: int, noise: float = 0.0, spread: float = 0.08, speed: float = 0.3, accel: float = 3.0
+    mech: Mechanism, key, n: int, noise: float = 0.0, spread: float = 0.2, speed: float = 0.5, accel: float = 5.0
 ) -> Dataset:
     """``n`` random consistent states of the true model ``mech``: configurations near q0 along the
     mobility (:func:`jaxmech.simulate.random_closed_configurations`), speeds ``v = E u`` and
