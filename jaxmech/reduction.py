@@ -203,6 +203,8 @@ def acceleration_lift(
     (``a[I] = udot``) and solves the selected rows on the dependent ones:
     ``a_gamma[D] = -C_D[rows]^-1 gamma[rows]``. Same ``independent`` / ``d`` options as
     :func:`tangent_map_status` (not ``"ports"``). Returns ``(a, E)``."""
+    if isinstance(independent, str) and independent == "ports":
+        raise ValueError("acceleration_lift: independent='ports' is not supported; lift with joint speeds")
     C = closure_jacobian(mech, q)
     gam = closure_bias(mech, q, v)
     I, D, d = _choose(mech, q, C, independent, d)
