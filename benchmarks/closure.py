@@ -99,8 +99,13 @@ def run(
                     "median_s": t.median_s,
                     "reps": t.reps,
                     "us_per_state": t.per_state_us(b),
+                    "cpu_best_s": t.cpu_best_s,
+                    "cpu_us_per_state": 1e6 * t.cpu_best_s / b,
                 }
             entry["ratio_autodiff_over_analytic"] = entry["autodiff"]["best_s"] / entry["analytic"]["best_s"]
+            entry["cpu_ratio_autodiff_over_analytic"] = entry["autodiff"]["cpu_best_s"] / max(
+                entry["analytic"]["cpu_best_s"], 1e-9
+            )
             rec["batches"][str(b)] = entry
             table.append(
                 [
@@ -112,6 +117,8 @@ def run(
                     entry["analytic"]["us_per_state"],
                     entry["autodiff"]["us_per_state"],
                     entry["ratio_autodiff_over_analytic"],
+                    entry["analytic"]["cpu_us_per_state"],
+                    entry["autodiff"]["cpu_us_per_state"],
                     entry["analytic"]["compile_s"],
                     entry["autodiff"]["compile_s"],
                 ]
@@ -135,6 +142,8 @@ def run(
             "analytic us/state",
             "jacfwd us/state",
             "jacfwd/analytic",
+            "analytic cpu us",
+            "jacfwd cpu us",
             "compile analytic s",
             "compile jacfwd s",
         ],

@@ -2,7 +2,9 @@
 
 * :func:`time_fn` -- compile time measured separately (first call), then best and median of >= 5
   calls, each blocking on the *result* with ``jax.block_until_ready``; :func:`time_interleaved`
-  does the same for several functions with alternating calls (fair ratios under shared load).
+  does the same for several functions with alternating calls (fair ratios under shared load)
+  and also records process CPU time: on an oversubscribed machine a call longer than a scheduler
+  time slice is descheduled, so wall time per state grows with batch size while CPU time does not.
 * :func:`cast` -- a mechanism (or any pytree) in float32 / float64.
 * :func:`env_info` -- jax/jaxlib versions, device, CPU count, dtype, XLA flags.
 * :func:`print_table` (rich) and :func:`write_json` (into ``benchmarks/results/``).
@@ -47,6 +49,7 @@ class Timing:
     best_s: float
     median_s: float
     reps: int
+    cpu_best_s: float = float("nan")  # process CPU time of the fastest call (all threads)
 
     def per_state_us(self, batch: int) -> float:
         return 1e6 * self.best_s / batch
@@ -79,15 +82,17 @@ def time_interleaved(fns: dict, *args, reps: int = 5, min_time: float = 0.0) -> 
         jax.block_until_ready(f(*args))
         compile_s[k] = time.perf_counter() - t0
     times: dict[str, list[float]] = {k: [] for k in fns}
+    cpu: dict[str, list[float]] = {k: [] for k in fns}
     start = time.perf_counter()
     n = 0
     while n < reps or (time.perf_counter() - start < min_time and n < 1000):
         for k, f in fns.items():
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             jax.block_until_ready(f(*args))
             times[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
         n += 1
-    return {k: Timing(compile_s[k], min(v), statistics.median(v), len(v)) for k, v in times.items()}
+    return {k: Timing(compile_s[k], min(v), statistics.median(v), len(v), min(cpu[k])) for k, v in times.items()}
 
 
 def cast(tree, dtype):
