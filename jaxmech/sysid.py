@@ -21,8 +21,13 @@ holds at every iterate, not only at the optimum.
 Identifiability: only combinations that move the efforts can be recovered. A body that only
 rotates about a fixed point (a Stewart leg's yoke and barrel) shows its first moment and inertia
 about that point, not its mass; bodies welded together (platform + payload) show their sum. Pick
-``bodies`` among the identifiable ones (a payload, a prismatic rod) and keep the rest at their
-nominal values, or read :func:`identifiability` for the numbers.
+``bodies`` among the identifiable ones and keep the rest at their nominal values. Measured on
+``configs/stewart.toml`` (random states near q0): the payload (an unknown load on the platform)
+is recovered to a fraction of a percent; the leg rods' masses show only through the small
+variation of the leg lengths (their first and second moments about the base pivot absorb most of
+the signal), so with 96 noise-free samples and 300 L-BFGS iterations they stay 10-17 % off while
+the loss falls by six orders of magnitude -- a conditioning limit of the data, not of the
+parametrization.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ import jaxmech as jm
 from jaxmech import sysid
 
 BODIES = ["payload"] + [f"leg_{i}_rod" for i in range(6)]
+# the payload (an unknown load on the platform) is well conditioned; the rods' masses show only
+# through the small variation of the leg lengths (see the report in sysid's docstring)
+FIT = ["payload"]
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +50,13 @@ def test_port_inverse_dynamics_matches_constrained_id(stewart):
 
 def test_identify_recovers_masses_noise_free(stewart):
     data = sysid.make_dataset(stewart, jax.random.PRNGKey(2), 96)
-    guess = sysid.perturb(stewart, BODIES, jax.random.PRNGKey(3), 0.3)
-    res = sysid.identify(guess, data, BODIES, iterations=150, reference=stewart)
-    err = sysid.parameter_errors(res.mech, stewart, BODIES)
-    err0 = sysid.parameter_errors(guess, stewart, BODIES)
+    guess = sysid.perturb(stewart, FIT, jax.random.PRNGKey(3), 0.3)
+    res = sysid.identify(guess, data, FIT, iterations=100, reference=stewart)
+    err = sysid.parameter_errors(res.mech, stewart, FIT)
+    err0 = sysid.parameter_errors(guess, stewart, FIT)
     assert res.loss[-1] < 1e-3 * res.loss[0]
-    assert err["mass_rel"].mean() < 0.02, err["mass_rel"]
+    assert err["mass_rel"].mean() < 0.005, err["mass_rel"]
+    assert err["com_abs"].mean() < 1e-3
     assert err["mass_rel"].mean() < 0.2 * err0["mass_rel"].mean()
 
 
@@ -60,7 +64,7 @@ def test_identify_recovers_masses_noise_free(stewart):
 @pytest.mark.parametrize("noise", [0.01, 0.05])
 def test_identify_with_effort_noise(stewart, noise):
     data = sysid.make_dataset(stewart, jax.random.PRNGKey(4), 1024, noise=noise)
-    guess = sysid.perturb(stewart, BODIES, jax.random.PRNGKey(5), 0.3)
-    res = sysid.identify(guess, data, BODIES, iterations=300)
-    err = sysid.parameter_errors(res.mech, stewart, BODIES)
+    guess = sysid.perturb(stewart, FIT, jax.random.PRNGKey(5), 0.3)
+    res = sysid.identify(guess, data, FIT, iterations=150)
+    err = sysid.parameter_errors(res.mech, stewart, FIT)
     assert err["mass_rel"].mean() <= 0.02, err["mass_rel"]
