@@ -88,8 +88,9 @@ class AssemblyOptions:
 
     ``tol``: max-abs selected residual at ``lam = 1`` (residual units: m, rad);
     ``tol_mid``: the same at intermediate ``lam``; ``raw_tol`` / ``raw_tol_mid``: acceptance on the
-    complete raw (defected) residual; ``rcond_min``: acceptance on the selected passive block and
-    the ``singular`` threshold at the solution; ``rank_rtol``: relative SVD rank tolerance;
+    complete raw (defected) residual; ``rcond_min``: acceptance on the selected passive block (its
+    1-norm reciprocal condition from one LU inside the loop, :func:`rcond_1`; the 2-norm value from
+    an SVD at the solution) and the ``singular`` threshold at the solution; ``rank_rtol``: relative SVD rank tolerance;
     ``max_iter``: total corrector iterations; ``max_inner``: per homotopy point; ``dlam0`` /
     ``dlam_min``: initial / minimum homotopy increment; ``max_step``: cap on the max-abs passive
     step (rad, m) per iteration; ``mu0`` / ``mu_max``: initial / give-up LM damping (relative to
