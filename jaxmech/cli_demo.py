@@ -60,6 +60,7 @@ def demo(
     from .simulate import SimState, make_rollout
     from .tracking import active_q_indices, track
 
+    t_start = time.perf_counter()
     rows = []
     prog = Progress(
         TextColumn("{task.description}"),
@@ -181,6 +182,11 @@ def demo(
     for r in rows:
         tab.add_row(*r)
     console.print(tab)
+    console.print(
+        f"peak closure gap: assembly {float(np.max(np.asarray(res.residual))):.1e}, tracking "
+        f"{float(np.max(np.asarray(tr.residual))):.1e}, rollouts {gap.max():.1e}; "
+        f"total {time.perf_counter() - t_start:.1f} s"
+    )
     console.print(f"wrote {png}")
     bad = (~ok).sum() or not np.isfinite(gap).all() or np.asarray(tr.status).max() != 0
     raise typer.Exit(1 if bad else 0)
