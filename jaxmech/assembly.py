@@ -179,22 +179,9 @@ class Partition:
 
 
 def involved_coordinates(mech: Mechanism) -> np.ndarray:
-    """Velocity indices that appear in some closure row (structurally nonzero columns of C).
-
-    Couplings contribute their nonzero coefficients when ``mech.coupling_q`` is concrete, all
-    1-dof coordinates otherwise (a traced model under ``jit``)."""
-    used = np.zeros(mech.nv, bool)
-    for g in mech.topo.groups:
-        used[g.dof_v[g.dof_sign != 0]] = True
-    t = mech.topo
-    if t.coupling_names:
-        try:
-            cq = np.asarray(mech.coupling_q)
-            lin = np.abs(cq[:, t.lin_q]).sum(0) > 0
-        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-            lin = np.ones(t.lin_q.size, bool)
-        used[t.lin_v[lin]] = True
-    return np.nonzero(used)[0]
+    """Velocity indices that appear in some closure row (structurally nonzero columns of C),
+    recorded statically by the compiler (``topo.touched_v``), so it holds for traced models too."""
+    return np.asarray(mech.topo.touched_v, dtype=int)
 
 
 def partition(mech: Mechanism, active=None) -> Partition:

@@ -43,7 +43,11 @@ def resolve_config(path: str) -> Path:
 
 def _examples() -> list[str]:
     d = configs_dir()
-    return sorted(p.name for p in d.glob("*") if p.suffix in (".toml", ".xml", ".urdf", ".sdf", ".json")) if d.exists() else []
+    return (
+        sorted(p.name for p in d.glob("*") if p.suffix in (".toml", ".xml", ".urdf", ".sdf", ".json"))
+        if d.exists()
+        else []
+    )
 
 
 def load_or_exit(path: str):
@@ -76,7 +80,9 @@ def _root(ctx: typer.Context) -> None:
 
 
 @app.command()
-def info(config: str = typer.Argument(..., help="mechanism file (.toml/.xml/.urdf/.sdf/.json) or example name")) -> None:
+def info(
+    config: str = typer.Argument(..., help="mechanism file (.toml/.xml/.urdf/.sdf/.json) or example name"),
+) -> None:
     """Print bodies, joints, the chosen tree and cuts, loops, residual rows, and the numerical
     rank and degrees of freedom at q0."""
     enable_x64()
@@ -88,25 +94,35 @@ def info(config: str = typer.Argument(..., help="mechanism file (.toml/.xml/.urd
     mech = load_or_exit(config)
     t = mech.topo
     console.print(f"[bold]{mech.name}[/]  ({t.source})")
-    console.print(f"bodies {mech.nb}, tree joints {len(t.joint_names)}, cuts {len(t.cut_names)}, "
-                  f"nq {mech.nq}, nv {mech.nv}, closure elements {mech.n_loops}, residual rows {mech.n_rows}")
+    console.print(
+        f"bodies {mech.nb}, tree joints {len(t.joint_names)}, cuts {len(t.cut_names)}, "
+        f"nq {mech.nq}, nv {mech.nv}, closure elements {mech.n_loops}, residual rows {mech.n_rows}"
+    )
     tab = Table(title="tree joints (q / v order)")
     for c in ("#", "joint", "type", "parent -> child", "q", "v", "actuated"):
         tab.add_column(c)
-    for i, (n, ty) in enumerate(zip(t.joint_names, t.joint_types)):
+    for i, (n, ty) in enumerate(zip(t.joint_names, t.joint_types, strict=False)):
         par = "world" if t.parent[i] < 0 else t.body_names[t.parent[i]]
         qs, vs = mech.q_slice(n), mech.v_slice(n)
-        tab.add_row(str(i), n + (" (reversed)" if t.joint_reversed[i] else ""), ty, f"{par} -> {t.body_names[i]}",
-                    f"{qs.start}:{qs.stop}", f"{vs.start}:{vs.stop}", "yes" if n in t.actuated else "")
+        tab.add_row(
+            str(i),
+            n + (" (reversed)" if t.joint_reversed[i] else ""),
+            ty,
+            f"{par} -> {t.body_names[i]}",
+            f"{qs.start}:{qs.stop}",
+            f"{vs.start}:{vs.stop}",
+            "yes" if n in t.actuated else "",
+        )
     console.print(tab)
     if mech.n_loops or t.coupling_names:
         lt = Table(title="closure elements (cuts and constraints)")
         for c in ("loop", "type", "body A", "body B", "rows"):
             lt.add_column(c)
-        for n, ty, (a, b) in zip(t.loop_names, t.loop_types, t.loop_bodies):
+        for n, ty, (a, b) in zip(t.loop_names, t.loop_types, t.loop_bodies, strict=False):
             rows = [r for r in t.row_names if r.split(":")[0] == n]
-            lt.add_row(n, ty, "world" if a < 0 else t.body_names[a], "world" if b < 0 else t.body_names[b],
-                       str(len(rows)))
+            lt.add_row(
+                n, ty, "world" if a < 0 else t.body_names[a], "world" if b < 0 else t.body_names[b], str(len(rows))
+            )
         for n in t.coupling_names:
             lt.add_row(n, "coupling", "-", "-", "1")
         console.print(lt)
@@ -116,14 +132,16 @@ def info(config: str = typer.Argument(..., help="mechanism file (.toml/.xml/.urd
         r = np.asarray(closure_residual(mech, q0))
         sv = np.linalg.svd(C, compute_uv=False)
         rank = int(np.sum(sv > 1e-9 * max(1.0, sv.max()))) if sv.size else 0
-        console.print(f"at q0: max |residual| {np.abs(r).max():.3e}, numerical rank {rank} "
-                      f"(of {mech.n_rows} rows), degrees of freedom nv - rank = {mech.nv - rank}")
+        console.print(
+            f"at q0: max |residual| {np.abs(r).max():.3e}, numerical rank {rank} "
+            f"(of {mech.n_rows} rows), degrees of freedom nv - rank = {mech.nv - rank}"
+        )
     else:
         console.print(f"open chain: degrees of freedom {mech.nv}")
     if t.frame_names:
         console.print(f"frames: {', '.join(t.frame_names)}")
     if t.port_names:
-        console.print(f"ports: {', '.join(f'{n} ({ty})' for n, ty in zip(t.port_names, t.port_types))}")
+        console.print(f"ports: {', '.join(f'{n} ({ty})' for n, ty in zip(t.port_names, t.port_types, strict=False))}")
 
 
 for _mod in ("cli_assembly", "cli_demo"):

@@ -84,8 +84,24 @@ def _reverse(j: Joint) -> Joint:
 
         x, y, z, w = Rotation.from_matrix(T[:3, :3]).as_quat()
         q0 = np.concatenate([T[:3, 3], [w, x, y, z]])
-    return Joint(j.name, j.type, j.child, j.parent, j.child_pose, j.parent_pose, ax, ax2, lo, hi, j.offset,
-                 j.actuated, j.cut, q0, j.armature, j.damping)
+    return Joint(
+        j.name,
+        j.type,
+        j.child,
+        j.parent,
+        j.child_pose,
+        j.parent_pose,
+        ax,
+        ax2,
+        lo,
+        hi,
+        j.offset,
+        j.actuated,
+        j.cut,
+        q0,
+        j.armature,
+        j.damping,
+    )
 
 
 def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None = None) -> Mechanism:  # noqa: A001
@@ -291,16 +307,16 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
         loops.append((c.name, c.type, bi[c.body_a], bi[c.body_b], c.pose_a, c.pose_b, c.axes, c.length))
 
     # A loop that closes only through fixed joints has no motion to constrain.
-    for name, ctype, a, b, *_ in loops:
+    for name, _ctype, a, b, *_ in loops:
         if name in g.joints and g.joints[name].type == "fixed":
             ca, cb = chain(a), chain(b)
-            common = len([1 for x, y in zip(ca, cb) if x == y])
+            common = len([1 for x, y in zip(ca, cb, strict=False) if x == y])
             path = ca[common:] + cb[common:]
             if all(oriented[body_order[k]].type == "fixed" for k in path):
                 raise g.error(f"joint '{name}'", "closes a loop made only of fixed joints (no motion to constrain)")
 
     groups_def: dict[tuple, list[int]] = {}
-    for li, (name, ctype, *_rest) in enumerate(loops):
+    for li, (_name, ctype, *_rest) in enumerate(loops):
         key = (ctype, loops[li][6] if ctype == "pose" else None)
         groups_def.setdefault(key, []).append(li)
     groups = []
@@ -334,7 +350,7 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
         ds = np.zeros((n, m))
         db = np.full((n, m), nb, dtype=int)
         dc = np.zeros((n, m), dtype=int)
-        for r_, (pp, pm, d) in enumerate(zip(paths_p, paths_m, dofs)):
+        for r_, (pp, pm, d) in enumerate(zip(paths_p, paths_m, dofs, strict=False)):
             P[r_, : len(pp)] = pp
             Mn[r_, : len(pm)] = pm
             for k_, (v, k, s, body, c) in enumerate(d):
@@ -348,8 +364,21 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
         for li in members:
             row_names.extend(f"{loops[li][0]}:{lab}" for lab in labels)
         groups.append(
-            LoopGroup(ctype, tuple(loops[li][0] for li in members), P, Mn, dv, dp, ds, db, dc, rows, row,
-                      np.array(members), np.array(members))
+            LoopGroup(
+                ctype,
+                tuple(loops[li][0] for li in members),
+                P,
+                Mn,
+                dv,
+                dp,
+                ds,
+                db,
+                dc,
+                rows,
+                row,
+                np.array(members),
+                np.array(members),
+            )
         )
         row += n * len(rows)
     coupling_rows = row
@@ -382,15 +411,30 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
             port_frames.append((-1, -1))
         else:
             port_v.append(-1)
-            port_frames.append(tuple(_frame_or_body(g, frame_names, frame_body, frame_pose, fidx, bi, f) for f in
-                                     (p.frame_a, p.frame_b)))
+            port_frames.append(
+                tuple(
+                    _frame_or_body(g, frame_names, frame_body, frame_pose, fidx, bi, f) for f in (p.frame_a, p.frame_b)
+                )
+            )
     joint_names = tuple(oriented[b].name for b in body_order)
     actuated = tuple(n for n in joint_names if g.joints[n].actuated)
     actuated_v = np.array(
-        [v for i, b in enumerate(body_order) if oriented[b].actuated for v in
-         range(v_start[i], v_start[i] + JOINT_NV[oriented[b].type])], dtype=int)
+        [
+            v
+            for i, b in enumerate(body_order)
+            if oriented[b].actuated
+            for v in range(v_start[i], v_start[i] + JOINT_NV[oriented[b].type])
+        ],
+        dtype=int,
+    )
 
+    touched = np.zeros(nv, bool)
+    for grp in groups:
+        touched[grp.dof_v[grp.dof_sign != 0]] = True
+    if len(couplings):
+        touched[np.asarray(lin_v, dtype=int)[np.abs(coupling_q[:, np.asarray(lin_q, dtype=int)]).sum(0) > 0]] = True
     topo = Topology(
+        touched_v=np.nonzero(touched)[0],
         name=g.name,
         source=g.source,
         body_names=tuple(body_order),

@@ -284,7 +284,11 @@ class Graph:
             raise self.error(el, f"parent and child are the same body '{parent}'")
         pp = self._pose(el, "parent_pose", np.eye(4) if parent_pose is None else parent_pose)
         cp = self._pose(el, "child_pose", np.eye(4) if child_pose is None else child_pose)
-        ax = self._unit(el, "axis", axis) if type in ("revolute", "prismatic", "cylindrical", "universal") else np.array([0.0, 0, 1])
+        ax = (
+            self._unit(el, "axis", axis)
+            if type in ("revolute", "prismatic", "cylindrical", "universal")
+            else np.array([0.0, 0, 1])
+        )
         ax2 = self._unit(el, "axis2", axis2) if type == "universal" else np.array([0.0, 1, 0])
         if type == "universal" and abs(ax @ ax2) > 1 - 1e-9:
             raise self.error(el, f"universal axes are parallel: {ax.tolist()} and {ax2.tolist()}")
@@ -298,15 +302,42 @@ class Graph:
         nq = JOINT_NQ[type]
         if q0 is not None:
             q0 = self._vec(el, "q0", q0, nq)
-        j = Joint(name, type, parent, child, pp, cp, ax, ax2, lo, hi, float(offset), bool(actuated), cut, q0,
-                  float(armature), float(damping))
+        j = Joint(
+            name,
+            type,
+            parent,
+            child,
+            pp,
+            cp,
+            ax,
+            ax2,
+            lo,
+            hi,
+            float(offset),
+            bool(actuated),
+            cut,
+            q0,
+            float(armature),
+            float(damping),
+        )
         if j.armature < 0 or j.damping < 0:
             raise self.error(el, f"armature and damping must be >= 0, got {armature}, {damping}")
         self.joints[name] = j
         return j
 
-    def add_constraint(self, name: str, type: str, body_a: str = WORLD, body_b: str = WORLD, pose_a=None,
-                       pose_b=None, axes=None, coeffs=None, offset: float = 0.0, length: float = 0.0) -> Constraint:
+    def add_constraint(
+        self,
+        name: str,
+        type: str,
+        body_a: str = WORLD,
+        body_b: str = WORLD,
+        pose_a=None,
+        pose_b=None,
+        axes=None,
+        coeffs=None,
+        offset: float = 0.0,
+        length: float = 0.0,
+    ) -> Constraint:
         """Add an explicit constraint (see :class:`Constraint`). Frames may also be given by
         name: pass a frame name as ``body_a``/``body_b`` and leave the pose None."""
         el = f"constraint '{name}'"
@@ -340,8 +371,18 @@ class Graph:
         ax = tuple(bool(x) for x in (axes if axes is not None else (True,) * 6))
         if len(ax) != 6 or (type == "pose" and not any(ax)):
             raise self.error(el, f"axes must be 6 booleans (angular-first) with at least one set, got {axes!r}")
-        c = Constraint(name, type, ba, bb, Ta, Tb, ax, {k: float(v) for k, v in (coeffs or {}).items()},
-                       float(offset), float(length))
+        c = Constraint(
+            name,
+            type,
+            ba,
+            bb,
+            Ta,
+            Tb,
+            ax,
+            {k: float(v) for k, v in (coeffs or {}).items()},
+            float(offset),
+            float(length),
+        )
         self.constraints[name] = c
         return c
 
@@ -351,8 +392,16 @@ class Graph:
         ``{"slave": 1, "master": -m}``, offset ``-o``)."""
         return self.add_constraint(name, "coupling", coeffs=coeffs, offset=offset)
 
-    def add_port(self, name: str, type: str = "joint", joint: str | None = None, index: int = 0,
-                 frame_a: str | None = None, frame_b: str | None = None, gear: float = 1.0) -> Port:
+    def add_port(
+        self,
+        name: str,
+        type: str = "joint",
+        joint: str | None = None,
+        index: int = 0,
+        frame_a: str | None = None,
+        frame_b: str | None = None,
+        gear: float = 1.0,
+    ) -> Port:
         el = f"port '{name}'"
         self._new_name("port", name, self.ports)
         if type == "joint":

@@ -91,6 +91,9 @@ class Topology:
     sph_v: np.ndarray  # (n, 3)
     free_q: np.ndarray  # (n, 7)
     free_v: np.ndarray  # (n, 6)
+    #: velocity indices some closure row depends on (loop paths and nonzero coupling
+    #: coefficients), fixed at compile time so it is known even when the model is traced.
+    touched_v: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
     _hash: str = field(default="", compare=False)
 
     def __post_init__(self):

@@ -66,19 +66,9 @@ class TangentMap(eqx.Module):
 
 
 def touched_v(mech: Mechanism) -> np.ndarray:
-    """Velocity indices that some closure row depends on (loop paths, coupling coefficients).
-
-    Loop paths are static topology; coupling coefficients are array leaves, read concretely
-    when possible (if ``mech`` itself is traced, every 1-dof coordinate counts as coupled)."""
-    t = mech.topo
-    idx = [g.dof_v[g.dof_sign != 0] for g in t.groups]
-    if len(t.coupling_names):
-        try:
-            cq = np.asarray(mech.coupling_q) != 0
-            idx.append(t.lin_v[cq[:, t.lin_q].any(0)])
-        except (TypeError, jax.errors.TracerArrayConversionError):
-            idx.append(t.lin_v)
-    return np.unique(np.concatenate(idx)).astype(int) if idx else np.zeros(0, int)
+    """Velocity indices that some closure row depends on (loop paths, nonzero coupling
+    coefficients): the compiler's static ``topo.touched_v`` (one definition, shared with assembly)."""
+    return np.asarray(mech.topo.touched_v, dtype=int)
 
 
 def default_independent(mech: Mechanism) -> np.ndarray:

@@ -114,6 +114,7 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
     # direct correction on the physical closure with the previous selector (eq. (59))
     d = _homotopy(mech, part, q_pred, zero, rows, 1.0, 0.0, False, opts)
     direct_ok = d.finished
+
     # fallback: defect homotopy from the prediction. lax.cond skips it for a single path; under
     # vmap both branches run, and the while_loop starting "done" where direct_ok costs nothing.
     def fallback(q_pred):
