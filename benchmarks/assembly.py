@@ -2,11 +2,11 @@
 guesses, tracking vs homotopy at every step (paper 001: 45.8x), and a per-state
 ``scipy.optimize.least_squares`` baseline on the same residual.
 
-    taskset -c 0 .venv/bin/python benchmarks/assembly.py [--quick] [--out benchmarks/results/assembly.json]
+    .venv/bin/python benchmarks/assembly.py [--quick] [--out benchmarks/results/assembly.json]
 
-Run it pinned to one core: on this 2-core machine ``jit(vmap(while_loop))`` at batch 1024 (Stewart)
-hung with 0% CPU even with ``--xla_cpu_use_fusion_emitters=false``; with ``taskset -c 0`` it runs
-(7.5 s for 1,024 Stewart guesses).
+On this 2-core machine ``jit(vmap(assemble))`` at batch 1024 (Stewart) used to hang at 0% CPU
+(concurrent batched LAPACK kernels deadlocking XLA's thread pool); importing jaxmech now sets
+``--xla_cpu_enable_concurrency_optimized_scheduler=false``, which fixes it (see jaxmech/_xla.py).
 
 Protocol (shared/BENCHMARKS.md): ``jax.jit(jax.vmap(...))``, first call timed separately as
 compile + run, then the best of ``--repeat`` calls of ``jax.block_until_ready(f(x))``.

@@ -5,6 +5,11 @@ residuals with analytic Jacobians, assembly, velocity/acceleration reduction, ac
 and constrained dynamics. See DESIGN.md for conventions (angular-first twists, wxyz quaternions).
 """
 
+from . import _xla
+
+_xla.configure()  # before any JAX backend use; see _xla.py (CPU LAPACK deadlock)
+
+
 from . import lie, rank
 from .assembly import STATUS_MESSAGES, AssemblyError, AssemblyResult, assemble
 from .closure import (
