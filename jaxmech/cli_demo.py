@@ -40,7 +40,7 @@ def _timed(f, *args):
 def demo(
     config: str = typer.Option("stewart", help="Stewart-type config (leg ports leg_0..leg_5) or its name"),
     batch: int = typer.Option(32, min=1, max=4096, help="configurations assembled and rollouts simulated"),
-    steps: int = typer.Option(500, min=2, help="rollout steps"),
+    steps: int = typer.Option(200, min=2, help="rollout steps (0.2 s at the default dt)"),
     dt: float = typer.Option(1e-3, min=1e-6, help="time step [s]"),
     path_steps: int = typer.Option(100, min=2, help="steps of the tracked leg-length path"),
     out: Path = typer.Option(Path("out"), help="output folder for the PNG figure"),
