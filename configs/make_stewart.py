@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-SOURCE = Path("/work/shared/reference-robots/stewart_physical_graph.json")
+# A copy of shared/reference-robots/stewart_physical_graph.json kept in the repository.
+SOURCE = Path(__file__).resolve().parents[1] / "tests" / "data" / "stewart_physical_graph.json"
 #: Nominal platform pose (world frame): position (m) and roll-pitch-yaw (rad, URDF order).
 #: A generic pose near the home height 0.60 m, so q0 exercises every coordinate.
 POSE_XYZ = (0.03, -0.02, 0.62)

@@ -22,7 +22,7 @@ import jaxmech as jm
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TOMLS = sorted(p.name for p in CONFIGS.glob("*.toml"))
-STEWART_JSON = Path("/work/shared/reference-robots/stewart_physical_graph.json")
+STEWART_JSON = Path(__file__).parent / "data" / "stewart_physical_graph.json"  # copy of shared/reference-robots
 
 #: Closed-chain configs and their mobility (DoF) as stated in their header comments.
 DOF = {
