@@ -360,10 +360,12 @@ def test_cli_track_writes_csv_and_plot(tmp_path):
 @pytest.mark.slow
 def test_track_falls_back_to_homotopy_and_batches(four_bar):
     """A 3 rad jump with a tight corrector budget forces re-acquisition by defect homotopy;
-    several paths run batched with vmap."""
+    several paths run batched with vmap. With 4 inner iterations per lambda step the
+    re-acquisition across the jump takes about 160 iterations in all, so the total budget is
+    raised from the default 150."""
     base = jnp.linspace(0.0, 1.0, 40)
     paths = jnp.stack([base.at[20:].add(3.0), base, -base])[..., None]
-    res = jax.jit(jax.vmap(lambda p: jm.track(four_bar, four_bar.q0, p, max_inner=4)))(paths)
+    res = jax.jit(jax.vmap(lambda p: jm.track(four_bar, four_bar.q0, p, max_inner=4, max_iter=400)))(paths)
     assert np.all(np.asarray(res.status) == A.CONVERGED)
     assert np.asarray(res.residual).max() <= 1e-10
     assert bool(np.asarray(res.fallback)[0, 20])
