@@ -11,7 +11,8 @@
 * :class:`Budget` -- a wall-clock budget for ``--budget SECONDS``.
 
 Import this module before anything imports jax, or set ``XLA_FLAGS`` yourself: the flag below
-avoids a hang of batched ``lax.while_loop`` on 2-core CPUs.
+avoids a hang of batched ``lax.while_loop`` on 2-core CPUs, and importing jaxmech here sizes
+XLA's CPU pool before any backend use (``jaxmech/_xla.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+
+import jaxmech  # noqa: E402, F401  (sizes the CPU pool before any backend use: jaxmech/_xla.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

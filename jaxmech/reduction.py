@@ -217,15 +217,26 @@ def task_jacobian(mech: Mechanism, q: jnp.ndarray, frame: str, E: jnp.ndarray, r
     return frame_jacobian(mech, q, frame, reference) @ E
 
 
-def add_support_points(graph: Graph, mech: Mechanism, q, frames, prefix: str = "support") -> list[str]:
-    """Task-induced constraints: each named foot frame/body stays at its current world position
-    (``point`` constraint world <-> frame, 3 rows). ``mech``/``q`` give the positions (compile
-    ``graph`` before adding). Returns the constraint names ``{prefix}_{frame}``."""
+def add_support_points(
+    graph: Graph, mech: Mechanism, q, frames, prefix: str = "support", kind: str = "point"
+) -> list[str]:
+    """Task-induced support constraints: each named foot frame/body stays where it is at ``q``.
+
+    ``kind="point"``: its origin stays at its world position (``point`` world <-> frame, 3 rows,
+    multipliers = support force on the robot in world axes). ``kind="weld"``: the whole frame
+    stays at its world pose (``weld``, 6 rows angular-first; multipliers = support wrench on the
+    robot in the frame's axes at ``q``: moment, then force). ``mech``/``q`` give the poses
+    (compile ``graph`` before adding). Returns the constraint names ``{prefix}_{frame}``."""
+    if kind not in ("point", "weld"):
+        raise ValueError(f"add_support_points: kind must be 'point' or 'weld', got {kind!r}")
     names = []
     for f in [frames] if isinstance(frames, str) else frames:
-        p = np.asarray(frame_pose(mech, q, f))[:3, 3]
+        T = np.array(frame_pose(mech, q, f), dtype=float)
         n = f"{prefix}_{f}"
-        graph.add_constraint(n, "point", body_a=WORLD, body_b=f, pose_a=pose(p))
+        if kind == "point":
+            graph.add_constraint(n, "point", body_a=WORLD, body_b=f, pose_a=pose(T[:3, 3]))
+        else:
+            graph.add_constraint(n, "weld", body_a=WORLD, body_b=f, pose_a=T)
         names.append(n)
     return names
 
