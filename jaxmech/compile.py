@@ -15,6 +15,7 @@ gets N-1 elements automatically.
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 
 import jax.numpy as jnp
@@ -211,6 +212,7 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
     off_th = np.zeros(nb)
     off_d = np.zeros(nb)
     q0 = np.zeros(nq)
+    outside: list[str] = []  # joints whose reference position violates their limits
     lower = np.full(nq, -np.inf)
     upper = np.full(nq, np.inf)
     armature = np.zeros(nv)
@@ -259,9 +261,24 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
             upper[qs : qs + n1] = j.upper
         if j.q0 is not None:
             q0[qs : qs + JOINT_NQ[t]] = j.q0
+        if t in ("revolute", "prismatic", "cylindrical", "universal"):
+            x = q0[qs : qs + n1]
+            if np.any((x < j.lower) | (x > j.upper)):
+
+                def fmt(a):
+                    return f"{a[0]:g}" if len(a) == 1 else str(a.tolist())
+
+                outside.append(f"'{j.name}' {fmt(x)} not in [{fmt(j.lower)}, {fmt(j.upper)}]")
         armature[vs : vs + JOINT_NV[t]] = j.armature
         damping[vs : vs + JOINT_NV[t]] = j.damping
         q_index[i] = qi
+    if outside:
+        warnings.warn(
+            f"{g.source or g.name}: reference position outside the joint limits: {'; '.join(outside)}. "
+            "jm.assemble reports 'out of bounds' for guesses there (a side-car TOML's [limits] table can "
+            "replace limits)",
+            stacklevel=3,
+        )
     v_body = np.zeros(nv, dtype=int)
     v_col = np.zeros(nv, dtype=int)
     for i in range(nb):

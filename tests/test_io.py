@@ -4,6 +4,7 @@ product-of-exponentials evaluation of the file's poses), CMG JSON, side-car TOML
 from __future__ import annotations
 
 import json
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -619,3 +620,30 @@ def test_sdf16_use_parent_model_frame(tmp_path):
     T = np.array(fk(mech, jnp.array([0.4, -0.3])))
     np.testing.assert_allclose(T[mech.body_names.index("a")], S @ A0, atol=1e-14)
     np.testing.assert_allclose(T[mech.body_names.index("b")], S @ Sb @ B0, atol=1e-14)
+
+
+def test_sidecar_limits_replace_file_limits_and_q0_outside_limits_warns(tmp_path):
+    """Cassie's SDF gives its foot joints limits that exclude the file's own reference pose: the
+    compiler says so (file, joints, values), and a side-car [limits] table replaces them."""
+    sdf = "example-robot-data:cassie_description/robots/cassie_v2.sdf"
+    plain = tmp_path / "plain.toml"
+    plain.write_text(f'sdf = "{sdf}"\n')
+    with pytest.warns(
+        UserWarning, match=r"plain.toml: reference position outside the joint limits: .*'left-foot-op' 0 "
+    ):
+        jm.load(plain)
+    fixed = tmp_path / "fixed.toml"
+    joints = ["left-tarsus-crank-joint", "left-foot-op", "right-tarsus-crank-joint", "right-foot-op"]
+    fixed.write_text(f'sdf = "{sdf}"\n[limits]\n' + "".join(f"{j} = [-inf, 0.5]\n" for j in joints))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mech = jm.load(fixed)
+    k = mech.joint_names.index("left-foot-op") + 6  # after the 7 q of the free root joint
+    assert mech.lower[k] == -np.inf and mech.upper[k] == 0.5
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'sdf = "{sdf}"\n[limits]\nno-such-joint = [0, 1]\n')
+    with pytest.raises(jm.ModelError, match="bad.toml.*limits.no-such-joint.*unknown joint"):
+        jm.load(bad)
+    bad.write_text(f'sdf = "{sdf}"\n[limits]\nleft-foot-op = [1, 0]\n')
+    with pytest.raises(jm.ModelError, match="lower limit .* exceeds upper limit"):
+        jm.load(bad)

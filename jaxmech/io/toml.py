@@ -52,6 +52,8 @@ closures, couplings, named frames, actuation)::
     urdf = "example-robot-data:panda_description/urdf/panda.urdf"   # or sdf / mjcf / cmg
     floating = false              # URDF only: free joint world -> root link
     actuated = ["panda_joint1"]   # mark joints actuated
+    [limits]                      # replace a joint's limits (inf allowed): [lower, upper]
+    panda_joint1 = [-2.0, 2.0]
     [[frame]]                     # a named frame on an existing body
     name = "tool"
     body = "panda_hand"
@@ -90,6 +92,7 @@ _TOP = {
     "floating",
     "frame",
     "actuated",
+    "limits",
 }
 _BASE = ("urdf", "sdf", "mjcf", "cmg")
 _FRAME_TABLE = {"name", "body", "xyz", "rpy", "quat"}
@@ -235,6 +238,25 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
         if jn not in g.joints:
             raise g.error("top level: actuated", f"unknown joint '{jn}'")
         g.joints[jn].actuated = True
+    for jn, lim in (data.get("limits") or {}).items():
+        el = f"top level: limits.{jn}"
+        if jn not in g.joints:
+            raise g.error(el, f"unknown joint '{jn}'")
+        j = g.joints[jn]
+        n1 = 0 if j.lower is None else len(j.lower)
+        if not n1:
+            raise g.error(el, f"a {j.type} joint takes no limits")
+        if not (isinstance(lim, list) and len(lim) == 2):
+            raise g.error(el, f"expected [lower, upper], got {lim!r}")
+        try:  # +-inf allowed: an unbounded coordinate
+            lo, hi = (np.asarray(x, dtype=float).reshape(n1) for x in lim)
+        except (TypeError, ValueError):
+            raise g.error(el, f"expected [lower, upper] with {n1} number(s) each, got {lim!r}") from None
+        if np.any(np.isnan(lo)) or np.any(np.isnan(hi)):
+            raise g.error(el, f"limits must not be NaN, got {lim!r}")
+        if np.any(lo > hi):
+            raise g.error(el, f"lower limit {lo.tolist()} exceeds upper limit {hi.tolist()}")
+        j.lower, j.upper = lo, hi
     for k, c in enumerate(data.get("constraint", [])):
         el = f"constraint #{k + 1} '{c.get('name', '?') if isinstance(c, dict) else '?'}'"
         _check_keys(g, el, c, _CONS)
