@@ -11,8 +11,9 @@ constraint is ``C^T lambda``; for ``point`` rows it is the force on body B at th
 frame A's axes).
 
 Redundant rows (a planar loop closed by a revolute cut: 5 rows, rank 2; or a singular state) are
-handled by rank-revealing selection (``jaxmech.rank``): the rank ``r`` from the SVD of ``C`` with
-a relative cutoff ``rtol``, ``r`` independent rows from the column-pivoted QR of ``C^T``. Shapes
+handled by rank-revealing selection (``jaxmech.rank.select_rows_ranked``): one column-pivoted QR
+of ``C^T`` gives ``r`` independent rows and the rank ``r``, the number of pivots
+``|R_ii| > rtol |R_00|`` (no SVD: it was the costliest step of a batched solve). Shapes
 stay fixed: the selected block is ``k = min(s, nv)`` rows with the ``k - r`` trailing ones masked
 to zero (identity on the masked diagonal of every solve), and the dropped rows get ``lambda = 0``.
 The selection is a discrete choice made on ``stop_gradient(C)``, so derivatives flow through the
@@ -45,10 +46,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .closure import closure_jacobian
-from .dynamics import crba, nonlinear_effects, rnea
+from .curvature import closure_terms_world
+from .dynamics import _rnea, _World
 from .mechanism import Mechanism
-from .rank import numerical_rank, select_rows
+from .rank import select_rows_ranked
 
 OK, INCONSISTENT, NONFINITE = 0, 1, 2
 STATUS_MESSAGES = {
@@ -84,20 +85,6 @@ class InverseDynamics(eqx.Module):
     multipliers: jnp.ndarray
     residual: jnp.ndarray
     status: jnp.ndarray
-
-
-def _closure_bias(mech: Mechanism, q, v):
-    try:
-        from .curvature import closure_bias
-    except ImportError:  # pragma: no cover - fallback: jvp of C along v
-
-        def closure_bias(mech, q, v):
-            from .kinematics import integrate
-
-            f = lambda t: closure_jacobian(mech, integrate(mech, q, v, t)) @ v  # noqa: E731
-            return jax.jvp(f, (jnp.zeros((), q.dtype),), (jnp.ones((), q.dtype),))[1]
-
-    return closure_bias(mech, q, v)
 
 
 def row_loops(mech: Mechanism) -> np.ndarray:
@@ -149,9 +136,10 @@ class _Rows:
         self.C = C * row_mask[:, None]
         self.gamma = gamma * row_mask
         self.s, self.k = s, min(s, nv)
-        Cs = jax.lax.stop_gradient(self.C)
-        self.rank = numerical_rank(Cs, rtol) if s else jnp.zeros((), jnp.int32)
-        self.idx = select_rows(Cs, self.k)[0] if self.k else jnp.zeros(0, jnp.int32)
+        if self.k:
+            self.idx, self.rank = select_rows_ranked(jax.lax.stop_gradient(self.C), self.k, rtol)
+        else:
+            self.idx, self.rank = jnp.zeros(0, jnp.int32), jnp.zeros((), jnp.int32)
         self.mask = (jnp.arange(self.k) < self.rank).astype(C.dtype)
         self.Cs = self.C[self.idx] * self.mask[:, None]  # (k, nv)
         self.gs = self.gamma[self.idx] * self.mask
@@ -199,11 +187,13 @@ def forward_dynamics(
         raise ValueError(f"method must be 'kkt' or 'projected', got {method!r}")
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
-    M = crba(mech, q)
-    h = nonlinear_effects(mech, q, v, f_ext, f_ext_reference)
+    # one world-frame kinematics pass shared by M, h, C and gamma (jaxmech.dynamics._World)
+    w = _World(mech, q)
+    V, Ab = w.motion(v)
+    M = w.mass_matrix() + jnp.diag(mech.armature.astype(dt))
+    h = _rnea(mech, w, q, v, None, f_ext, f_ext_reference, motion=(V, Ab))
     b = tau - h
-    C = closure_jacobian(mech, q)
-    gamma = _closure_bias(mech, q, v) if mech.n_rows else jnp.zeros(0, dt)
+    C, gamma = closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
     rows = _Rows(C, gamma, _row_mask(mech, support, dt), rtol)
     if method == "kkt":
         L = jnp.linalg.cholesky(M)
@@ -278,9 +268,10 @@ def inverse_dynamics(
     ``actuators``. ``actuators``: None, joint names / 'joint:k' / indices, or a matrix (nv, na)."""
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
-    rhs = rnea(mech, q, v, a, f_ext, f_ext_reference)
+    w = _World(mech, q)
+    rhs = _rnea(mech, w, q, v, a, f_ext, f_ext_reference)
     B = _actuation(mech, actuators, dt)
-    C = closure_jacobian(mech, q)
+    C, _ = closure_terms_world(mech, w.R, w.p, w.cols)
     gamma = jnp.zeros(mech.n_rows, dt)
     rows = _Rows(C, gamma, _row_mask(mech, support, dt), rtol)
     P = jnp.eye(mech.nv, dtype=dt)

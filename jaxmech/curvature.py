@@ -26,6 +26,13 @@ relative to the loop root, which is exact because ``Delta`` does not depend on t
   linear in q, so their curvature is 0.
 
 Vectorized over the loops of each type group (static masks, no per-loop Python code at run time).
+
+:func:`closure_terms_world` gives ``C`` and ``gamma`` together from a whole-tree world-frame pass
+(world poses, world spatial columns, body velocities and velocity-product accelerations, as the
+forward dynamics computes them anyway): with ``T_A``, ``T_B`` the world poses of the cut frames,
+``W = Ad_{T_A^-1} (J_B - J_A)``, ``w = Ad_{T_A^-1} (V_B - V_A)`` and
+``wb = Ad_{T_A^-1} (Ab_B - Ab_A - ad(V_A) (V_B - V_A))``, the same rows as above (the loop root's
+motion cancels in the differences, so this equals the cycle-local form).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lie
-from .closure import _group_parts, _select_groups, closure_jacobian
+from .closure import _group_parts, _rows, _select_groups, closure_jacobian
 from .kinematics import integrate, joint_columns, joint_values, local_transforms_ext
 from .mechanism import LoopGroup, Mechanism
 
@@ -166,3 +173,67 @@ def closure_bias_autodiff(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, loops
         return closure_jacobian(mech, integrate(mech, q, v, t), loops) @ v
 
     return jax.jvp(Cv, (jnp.zeros((), q.dtype),), (jnp.ones((), q.dtype),))[1]
+
+
+def _rot(R, x):
+    return R[..., :, 0] * x[..., 0, None] + R[..., :, 1] * x[..., 1, None] + R[..., :, 2] * x[..., 2, None]
+
+
+def _rotT(R, x):
+    return R[..., 0, :] * x[..., 0, None] + R[..., 1, :] * x[..., 1, None] + R[..., 2, :] * x[..., 2, None]
+
+
+def _mm3(A, B):
+    return sum(A[..., :, k, None] * B[..., None, k, :] for k in range(3))
+
+
+def _to_local(R, p, x, axis=-1):
+    """``Ad_{T^-1} x`` for world twists ``x`` with the 6 components on ``axis`` (-1 or -2)."""
+    if axis == -2:  # (n, 6, m): columns
+        R, p = R[:, None], p[:, None]
+        x = jnp.swapaxes(x, -1, -2)
+        return jnp.swapaxes(_to_local(R, p, x), -1, -2)
+    return jnp.concatenate([_rotT(R, x[..., :3]), _rotT(R, x[..., 3:] - jnp.cross(p, x[..., :3]))], -1)
+
+
+def closure_terms_world(mech: Mechanism, R, p, cols, V=None, Ab=None):
+    """``C`` (s, nv) and ``gamma`` (s,) from a world-frame tree pass (module docstring).
+
+    ``R`` (nb, 3, 3), ``p`` (nb, 3) world body poses; ``cols`` (nv, 6) world spatial columns;
+    ``V`` / ``Ab`` (nb, 6) world body velocities and velocity-product accelerations (omit both
+    for ``C`` only; ``gamma`` is then None). Same row order and values as
+    :func:`jaxmech.closure_jacobian` and :func:`closure_bias`."""
+    topo = mech.topo
+    nb, nv, dt = mech.nb, mech.nv, cols.dtype
+    Re = jnp.concatenate([R, jnp.eye(3, dtype=dt)[None]], 0)  # slot nb: the world
+    pe = jnp.concatenate([p, jnp.zeros((1, 3), dt)], 0)
+    anc = jnp.asarray(np.concatenate([topo.ancestor, np.zeros((1, nv), bool)], 0), dt)
+    with_bias = V is not None
+    if with_bias:
+        Ve = jnp.concatenate([V, jnp.zeros((1, 6), dt)], 0)
+        Abe = jnp.concatenate([Ab, jnp.zeros((1, 6), dt)], 0)
+    Cs, gs = [], []
+    for g in topo.groups:
+        lb = np.array([topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)
+        ba, bb = np.where(lb[:, 0] < 0, nb, lb[:, 0]), np.where(lb[:, 1] < 0, nb, lb[:, 1])
+        Ca, Cb = mech.cut_pose_a[g.param_index].astype(dt), mech.cut_pose_b[g.param_index].astype(dt)
+        RA, pA = _mm3(Re[ba], Ca[:, :3, :3]), _rot(Re[ba], Ca[:, :3, 3]) + pe[ba]
+        RB, pB = _mm3(Re[bb], Cb[:, :3, :3]), _rot(Re[bb], Cb[:, :3, 3]) + pe[bb]
+        Delta = lie.make_pose(_mm3(jnp.swapaxes(RA, -1, -2), RB), _rotT(RA, pB - pA))
+        J = (anc[bb] - anc[ba])[:, None, :] * cols.T[None]  # (n, 6, nv): J_B - J_A in the world
+        W = _to_local(RA, pA, J, axis=-2)
+        _, jac = _rows(mech, g, Delta, W)  # (n, r, nv)
+        Cs.append(jac.reshape(-1, nv))
+        if with_bias:
+            dV = Ve[bb] - Ve[ba]
+            w = _to_local(RA, pA, dV)
+            wb = _to_local(RA, pA, Abe[bb] - Abe[ba] - _ad(Ve[ba], dV))
+            gs.append(_rows_bias(mech, g, Delta, w, wb).reshape(-1))
+    nc = len(topo.coupling_names)
+    if nc:
+        Cs.append(jnp.zeros((nc, nv), dt).at[:, topo.lin_v].set(mech.coupling_q[:, topo.lin_q].astype(dt)))
+        gs.append(jnp.zeros(nc, dt))
+    C = jnp.concatenate(Cs, 0) if Cs else jnp.zeros((0, nv), dt)
+    if not with_bias:
+        return C, None
+    return C, (jnp.concatenate(gs) if gs else jnp.zeros(0, dt))

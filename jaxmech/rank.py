@@ -8,6 +8,8 @@ under ``jax.jit`` and batch with ``jax.vmap``:
 * :func:`select_rows` -- ``k`` independent rows of a passive block ``A_p`` (s, n_p) from the
   column-pivoted QR of ``A_p^T`` (paper 001 eq. (24): the selector ``S`` of the passive block),
   with the reciprocal condition of the selected rows;
+* :func:`select_rows_ranked` -- the same selection plus the rank read off the diagonal of the
+  same pivoted QR (no SVD; used by the constrained dynamics, where it is the costly step);
 * :func:`select_columns` -- ``k`` independent columns of ``A`` (pivoted QR of ``A``), e.g. to
   choose independent coordinates;
 * :func:`rcond` -- ``sigma_min / sigma_max`` of a matrix (0 for an all-zero matrix).
@@ -55,10 +57,16 @@ def rcond(A: Array) -> Array:
     return jnp.where(ok, sv[-1] / jnp.where(ok, smax, 1.0), 0.0)
 
 
+def _pivoted_qr(M: Array) -> tuple[Array, Array]:
+    """Column-pivoted QR of ``M`` (largest remaining norm first): ``(R, P)``, the triangular factor
+    and the column permutation. Only ``R`` is formed (LAPACK ``geqp3``, no ``Q``): the one
+    rank-revealing factorization every selection here uses."""
+    return jax.scipy.linalg.qr(M, pivoting=True, mode="r")
+
+
 def _pivots(M: Array) -> Array:
-    """Column permutation of the column-pivoted QR of ``M`` (largest remaining norm first)."""
-    _, _, P = jax.scipy.linalg.qr(M, pivoting=True, mode="economic")
-    return P
+    """Column permutation of the column-pivoted QR of ``M``."""
+    return _pivoted_qr(M)[1]
 
 
 def select_rows(A_p: Array, k: int) -> tuple[Array, Array]:
@@ -78,6 +86,29 @@ def select_rows(A_p: Array, k: int) -> tuple[Array, Array]:
         return jnp.arange(k, dtype=jnp.int32), jnp.ones((), A_p.dtype)
     rows = _pivots(A_p.T)[:k].astype(jnp.int32)
     return rows, rcond(A_p[rows])
+
+
+def select_rows_ranked(A: Array, k: int, rtol: float = 1e-9) -> tuple[Array, Array]:
+    """:func:`select_rows` without the condition check, plus the numerical rank, from one pivoted QR.
+
+    Returns ``(rows, rank)``: ``rows`` (k,) int32 row indices of ``A`` (s, n) in pivot order (the
+    same rows as :func:`select_rows`) and ``rank`` int32, the number of pivots with
+    ``|R_ii| > rtol * |R_00|``. The pivoted-QR diagonal brackets the singular values
+    (``|R_00| <= sigma_max <= sqrt(s) |R_00|``), so for a clear gap it gives the SVD rank of
+    :func:`numerical_rank`; it can differ only for values within a factor ``sqrt(s)`` of the
+    cutoff (and on contrived Kahan-type matrices, where pivoted QR is known to hide a small
+    singular value). ``k`` static, ``<= s``."""
+    s, n = A.shape
+    k = int(k)
+    if k > s:
+        raise ValueError(f"select_rows_ranked: cannot select k={k} rows from a matrix with {s} rows")
+    if k == 0 or n == 0:
+        return jnp.arange(k, dtype=jnp.int32), jnp.zeros((), jnp.int32)
+    R, P = _pivoted_qr(A.T)
+    d = jnp.abs(jnp.diagonal(R))
+    tiny = jnp.finfo(A.dtype).tiny
+    rank = jnp.sum((d > rtol * d[0]) & (d > tiny)).astype(jnp.int32)
+    return P[:k].astype(jnp.int32), jnp.minimum(rank, k)
 
 
 def select_columns(A: Array, k: int) -> tuple[Array, Array]:
