@@ -1,4 +1,4 @@
-"""Run every benchmark (closure, assembly, reduction, dynamics, rollout) within one wall-clock
+"""Run every benchmark (closure, assembly, reduction, dynamics, rollout, sysid) within one wall-clock
 budget, in float64 and float32, and write one JSON (``benchmarks/results/all.json``) and a table.
 
 Each benchmark script in ``benchmarks/`` is imported and its ``run(...)`` called with the
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (sets XLA_FLAGS before jax is imported)
 import jax  # noqa: E402
 
-ORDER = ("closure", "assembly", "reduction", "dynamics", "rollout")
+ORDER = ("closure", "assembly", "reduction", "dynamics", "rollout", "sysid")
 GPU_BATCHES = (1, 1024, 8192, 65536)
 CPU_BATCHES = (1, 64, 1024, 8192)
 

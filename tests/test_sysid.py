@@ -138,7 +138,7 @@ def test_identify_recovers_masses_noise_free(stewart, excited):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("noise", [0.01, 0.05])
+@pytest.mark.parametrize("noise", [0.05])  # the payload alone; every body: the test below
 def test_identify_with_effort_noise(stewart, noise):
     data = sysid.make_dataset(stewart, jax.random.PRNGKey(4), 1024, noise=noise)
     guess = sysid.perturb(stewart, FIT, jax.random.PRNGKey(5), 0.3)
