@@ -9,6 +9,7 @@ random efforts. Reports per-state times, the ratio Pinocchio / jaxmech, jit comp
 express), float64 and float32. Writes ``benchmarks/results/dynamics.json``.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dynamics.py [--quick]
+    taskset -c 0 .venv/bin/python benchmarks/dynamics.py --mechs stewart --batches 1,64,1024,8192 --dtypes float64
 """
 
 from __future__ import annotations
@@ -143,11 +144,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="batches 1 and 64, float64 only")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "dynamics.json"))
+    ap.add_argument("--mechs", default="stewart,stewart_graph,four_bar,cassie", help="comma-separated config names")
+    ap.add_argument("--batches", default="", help="comma-separated batch sizes (default 1,64,1024,8192)")
+    ap.add_argument("--dtypes", default="", help="comma-separated: float64,float32 (default both)")
     args = ap.parse_args()
     batches = [1, 64] if args.quick else [1, 64, 1024, 8192]
     dtypes = [jnp.float64] if args.quick else [jnp.float64, jnp.float32]
+    if args.batches:
+        batches = [int(b) for b in args.batches.split(",")]
+    if args.dtypes:
+        dtypes = [jnp.dtype(d).type for d in args.dtypes.split(",")]
     mechs = {}
-    for name in ("stewart", "stewart_graph", "four_bar", "cassie"):
+    for name in args.mechs.split(","):
         try:
             mechs[name] = jm.load(ROOT / "configs" / f"{name}.toml")
         except Exception as e:  # noqa: BLE001 - report and continue with the others

@@ -18,8 +18,9 @@ from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
 
-import jaxmech as jm  # noqa: E402  (before any JAX computation: jaxmech/_xla.py)
 import jax  # noqa: E402
+
+import jaxmech as jm  # noqa: E402  (before any JAX computation: jaxmech/_xla.py)
 
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
@@ -86,7 +87,9 @@ def main():
             jax.block_until_ready(f(Q, V, T))
             times[k].append(time.perf_counter() - t0)
     b = args.batch
-    print(f"{mech.name}: batch {b}, {args.reps} reps; us/state best / median; trace s, compile s, HLO lines, jaxpr eqns")
+    print(
+        f"{mech.name}: batch {b}, {args.reps} reps; us/state best / median; trace s, compile s, HLO lines, jaxpr eqns"
+    )
     for k, ts in times.items():
         tr, co, nh, nj = info[k]
         print(

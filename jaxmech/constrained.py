@@ -23,7 +23,8 @@ and reports ``status = INCONSISTENT`` with the violation in ``constraint_error``
 
 Forward dynamics, two forms that agree to round-off:
 
-* ``method="kkt"``: Cholesky of ``M``, Schur complement ``K = C_s M^-1 C_s^T`` (Cholesky), then
+* ``method="kkt"``: Cholesky ``M = L L^T``, one forward substitution ``Z = L^-1 [tau - h, C_s^T]``,
+  Schur complement ``K = C_s M^-1 C_s^T = Z_C^T Z_C`` (Cholesky), then
   ``lambda_s = K^-1 (-gamma_s - C_s M^-1 (tau - h))``, ``a = M^-1 (tau - h + C_s^T lambda_s)``.
 * ``method="projected"``: ``(E^T M E) udot = E^T (tau - h - M a_gamma)``, ``a = E udot + a_gamma``,
   with ``E`` a basis of ``null(C)`` and ``C a_gamma = -gamma``. Default ``E``: the orthogonal
@@ -197,13 +198,15 @@ def forward_dynamics(
     rows = _Rows(C, gamma, _row_mask(mech, support, dt), rtol)
     if method == "kkt":
         L = jnp.linalg.cholesky(M)
-        a_free = _cho_solve(L, b)
         if rows.k == 0:
-            return _finish(rows, rows.C, rows.gamma, a_free, jnp.zeros(rows.s, dt))
-        Y = _cho_solve(L, rows.Cs.T)  # (nv, k) = M^-1 C_s^T
-        K = rows.Cs @ Y + rows.pad
-        lam_s = _cho_solve(jnp.linalg.cholesky(K), -rows.gs - rows.Cs @ a_free)
-        a = a_free + Y @ lam_s
+            return _finish(rows, rows.C, rows.gamma, _cho_solve(L, b), jnp.zeros(rows.s, dt))
+        # one forward substitution for both right-hand sides: Z = L^-1 [b, C_s^T]; then
+        # K = C_s M^-1 C_s^T = Z_C^T Z_C and a = L^-T (z_b + Z_C lambda_s)
+        Z = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), lower=True)
+        zb, ZC = Z[:, 0], Z[:, 1:]
+        K = ZC.T @ ZC + rows.pad
+        lam_s = _cho_solve(jnp.linalg.cholesky(K), -rows.gs - ZC.T @ zb)
+        a = jax.scipy.linalg.solve_triangular(L, zb + ZC @ lam_s, lower=True, trans="T")
         return _finish(rows, rows.C, rows.gamma, a, rows.scatter(lam_s))
     # projected
     G = rows.Cs @ rows.Cs.T + rows.pad  # Gram of the selected rows

@@ -56,7 +56,8 @@ def spatial_inertia(mass, com, inertia) -> jnp.ndarray:
     c = lie.hat(com)
     m = mass[..., None, None]
     eye = jnp.broadcast_to(jnp.eye(3, dtype=com.dtype), c.shape)
-    top = jnp.concatenate([inertia - m * c @ c, m * c], -1)
+    cc = sum(c[..., :, k, None] * c[..., None, k, :] for k in range(3))  # c^ c^, written out
+    top = jnp.concatenate([inertia - m * cc, m * c], -1)
     bot = jnp.concatenate([-m * c, m * eye], -1)
     return jnp.concatenate([top, bot], -2)
 
