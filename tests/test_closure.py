@@ -295,3 +295,30 @@ def test_float32_runs(zoo):
     assert r32.dtype == jnp.float32 and J32.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(r32), np.asarray(r), atol=1e-4)
     np.testing.assert_allclose(np.asarray(J32), np.asarray(J), atol=1e-4)
+
+
+def test_world_pass_terms_match_cycle_local(zoo):
+    """The forward dynamics takes C and gamma from one world-frame tree pass
+    (curvature.closure_terms_world); they must equal the cycle-local closure_jacobian and
+    closure_bias on every row type of the zoo, at random (infeasible) states."""
+    mech = zoo["mech"]
+    from jaxmech.curvature import closure_terms_world
+    from jaxmech.dynamics import _World
+
+    def world(q, v):
+        w = _World(mech, q)
+        V, Ab = w.motion(v)
+        return closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
+
+    def local(q, v):
+        return jm.closure_jacobian(mech, q), jm.closure_bias(mech, q, v)
+
+    keys = jax.random.split(jax.random.PRNGKey(7), 2)
+    Q = jax.vmap(lambda k: jm.integrate(mech, mech.q0, 0.7 * jax.random.normal(k, (mech.nv,))))(
+        jax.random.split(keys[0], 16)
+    )
+    V = jax.random.normal(keys[1], (16, mech.nv))
+    Cw, gw = jax.jit(jax.vmap(world))(Q, V)
+    Cl, gl = jax.jit(jax.vmap(local))(Q, V)
+    assert float(jnp.max(jnp.abs(Cw - Cl))) <= 1e-12 * float(jnp.max(jnp.abs(Cl)))
+    assert float(jnp.max(jnp.abs(gw - gl))) <= 1e-12 * float(jnp.max(jnp.abs(gl)))
