@@ -212,7 +212,7 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
     off_th = np.zeros(nb)
     off_d = np.zeros(nb)
     q0 = np.zeros(nq)
-    outside: list[str] = []  # joints whose reference position violates their limits
+    outside: list = []  # (v start, n, text) of joints whose reference position violates their limits
     lower = np.full(nq, -np.inf)
     upper = np.full(nq, np.inf)
     armature = np.zeros(nv)
@@ -268,17 +268,10 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
                 def fmt(a):
                     return f"{a[0]:g}" if len(a) == 1 else str(a.tolist())
 
-                outside.append(f"'{j.name}' {fmt(x)} not in [{fmt(j.lower)}, {fmt(j.upper)}]")
+                outside.append((vs, n1, f"'{j.name}' {fmt(x)} not in [{fmt(j.lower)}, {fmt(j.upper)}]"))
         armature[vs : vs + JOINT_NV[t]] = j.armature
         damping[vs : vs + JOINT_NV[t]] = j.damping
         q_index[i] = qi
-    if outside:
-        warnings.warn(
-            f"{g.source or g.name}: reference position outside the joint limits: {'; '.join(outside)}. "
-            "jm.assemble reports 'out of bounds' for guesses there (a side-car TOML's [limits] table can "
-            "replace limits)",
-            stacklevel=3,
-        )
     v_body = np.zeros(nv, dtype=int)
     v_col = np.zeros(nv, dtype=int)
     for i in range(nb):
@@ -450,6 +443,16 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
         touched[grp.dof_v[grp.dof_sign != 0]] = True
     if len(couplings):
         touched[np.asarray(lin_v, dtype=int)[np.abs(coupling_q[:, np.asarray(lin_q, dtype=int)]).sum(0) > 0]] = True
+    # Only loop coordinates matter here: jm.assemble checks them against their limits (a serial
+    # robot's zero pose outside its limits, as in most URDFs, is not worth a warning).
+    bad = [t for v0, n, t in outside if touched[v0 : v0 + n].any()]
+    if bad:
+        warnings.warn(
+            f"{g.source or g.name}: reference position of loop joints outside their limits: {'; '.join(bad)}. "
+            "jm.assemble reports 'out of bounds' for guesses there (a side-car TOML's [limits] table can "
+            "replace limits)",
+            stacklevel=3,
+        )
     topo = Topology(
         touched_v=np.nonzero(touched)[0],
         name=g.name,

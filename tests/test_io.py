@@ -629,7 +629,7 @@ def test_sidecar_limits_replace_file_limits_and_q0_outside_limits_warns(tmp_path
     plain = tmp_path / "plain.toml"
     plain.write_text(f'sdf = "{sdf}"\n')
     with pytest.warns(
-        UserWarning, match=r"plain.toml: reference position outside the joint limits: .*'left-foot-op' 0 "
+        UserWarning, match=r"plain.toml: reference position of loop joints outside their limits: .*'left-foot-op' 0 "
     ):
         jm.load(plain)
     fixed = tmp_path / "fixed.toml"
