@@ -12,6 +12,7 @@ closure gaps and timings and writes ``stewart_demo.png``.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -45,12 +46,20 @@ def demo(
     path_steps: int = typer.Option(100, min=2, help="steps of the tracked leg-length path"),
     out: Path = typer.Option(Path("out"), help="output folder for the PNG figure"),
     seed: int = typer.Option(0, help="random seed"),
+    cache: bool = typer.Option(
+        True, help="keep compiled programs in ~/.cache/jaxmech/xla (a second run skips most jit compile)"
+    ),
 ) -> None:
     """Run the Stewart platform end to end: compile, assemble a batch, track a path, simulate a
     batch of rollouts; print closure gaps and timings, write a PNG figure."""
     enable_x64()
     import jax
     import jax.numpy as jnp
+
+    if cache:  # JAX's persistent compilation cache (CPU and GPU); first run compiles as usual
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        jax.config.update("jax_compilation_cache_dir", str(root / "jaxmech" / "xla"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
     from . import plots
     from .assembly import assemble, partition
