@@ -116,7 +116,16 @@ def long_rollout(jm, name, dtype, batch, seconds, dt, chunk, budget, excite="pas
     }
 
 
-def run(quick=False, budget=None, dtypes=("float64", "float32"), batch=None, seconds=None, out="rollout"):
+def run(
+    quick=False,
+    budget=None,
+    dtypes=("float64", "float32"),
+    batch=None,
+    seconds=None,
+    out="rollout",
+    examples=("stewart", "excavator"),
+    env=True,
+):
     common.enable_x64()
     import jaxmech as jm
 
@@ -125,10 +134,12 @@ def run(quick=False, budget=None, dtypes=("float64", "float32"), batch=None, sec
     seconds = seconds or (0.2 if quick else 10.0)
     env_batches = (1, 64) if quick else ENV_BATCHES
     recs = {"env_steps": {}, "rollouts": []}
-    for dt_name in dtypes:
+    for dt_name in dtypes if env else ():
         recs["env_steps"][dt_name] = env_throughput(jm, dt_name, env_batches, B)
     for dt_name in dtypes:
         for name, ex in (("stewart", "passive"), ("excavator", "gravity")):
+            if name not in examples:
+                continue
             if B.left() <= 0:
                 recs["rollouts"].append({"example": name, "dtype": dt_name, "skipped": "budget"})
                 continue
@@ -183,8 +194,10 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=None, help="rollout batch (default 1024, quick 16)")
     ap.add_argument("--seconds", type=float, default=None, help="simulated seconds (default 10)")
     ap.add_argument("--out", default="rollout")
+    ap.add_argument("--examples", nargs="*", default=["stewart", "excavator"], help="rollouts to run")
+    ap.add_argument("--no-env", action="store_true", help="skip the environment-throughput table")
     a = ap.parse_args(argv)
-    run(a.quick, a.budget, tuple(a.dtypes), a.batch, a.seconds, a.out)
+    run(a.quick, a.budget, tuple(a.dtypes), a.batch, a.seconds, a.out, tuple(a.examples), not a.no_env)
 
 
 if __name__ == "__main__":
