@@ -31,8 +31,7 @@ if __name__ == "__main__" and "--cpu" in sys.argv:  # pin before jax starts its 
     os.sched_setaffinity(0, {int(sys.argv[sys.argv.index("--cpu") + 1])})
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CONFIGS, Budget, enable_x64, env_info, print_table, time_fn, write_json  # noqa: E402
-
+import common  # noqa: E402  (sets XLA_FLAGS before jax is imported)
 import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -40,6 +39,8 @@ import numpy as np  # noqa: E402
 
 import jaxmech as jm  # noqa: E402
 from jaxmech.reduction import add_support_points, add_tool_target  # noqa: E402
+
+CONFIGS, Budget, time_fn = common.CONFIGS, common.Budget, common.time_fn
 
 ROBOTS = ("stewart", "excavator", "go2", "kangaroo", "panda")
 PAPER_TABLE_VI_MS = {"kangaroo": 0.339, "excavator": 0.984}
@@ -272,7 +273,7 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     if a.small:
         a.states, a.batch, a.mpmath = 4, 16, 1
-    enable_x64()
+    common.enable_x64()
     budget = Budget(a.budget)
     rows = []
     for robot in a.robots.split(","):
@@ -325,9 +326,9 @@ def main(argv=None) -> dict:
         cap = f"Kangaroo mass {kg['mass_kg']:.4f} kg (paper {KANGAROO_MASS})"
         if "mpmath_rel_err" in kg:
             cap += f"; constrained dynamics vs 30-digit mpmath KKT: max rel err {kg['mpmath_rel_err']:.1e}"
-    print_table("Paper 000 robots from the authors' graph files", cols, table, caption=cap)
-    payload = dict(env=env_info(), args=vars(a), rows=rows)
-    print(f"wrote {write_json(a.out, payload)}")
+    common.print_table("Paper 000 robots from the authors' graph files", cols, table, caption=cap)
+    payload = dict(env=common.env_info(), args=vars(a), rows=rows)
+    print(f"wrote {common.write_json(a.out, payload)}")
     return payload
 
 
