@@ -107,7 +107,7 @@ def random_states(robot, mech, q_seed, n, key):
     a_q = np.asarray(part.a_lin_q, int)
     k1, _ = jax.random.split(key)
     lo, hi = np.array(mech.lower)[a_q], np.array(mech.upper)[a_q]
-    span = np.where(np.isfinite(hi - lo), 0.1 * (hi - lo), 0.1)
+    span = np.where(np.isfinite(hi - lo), 0.02 * (hi - lo), 0.02)  # small: stay on the seed's assembly branch
     dq = jax.random.uniform(k1, (n, a_q.size), minval=-1.0, maxval=1.0) * span
     qg = jnp.tile(q_seed, (n, 1)).at[:, a_q].add(dq)
     qg = qg.at[:, a_q].set(jnp.clip(qg[:, a_q], lo, hi))
@@ -225,8 +225,8 @@ def run_robot(robot: str, n: int, batch: int, n_mp: int, budget: Budget) -> dict
         mt = jm.compile(g)
         row["d_tool_target"] = mt.nv - rank_of(np.array(jm.closure_jacobian(mt, q_seed)))
     Q, ok = random_states(robot, mech, q_seed, n, jax.random.PRNGKey(0))
-    Q = Q[np.nonzero(ok)[0]]
     row["states_assembled"] = f"{int(ok.sum())}/{n}"
+    Q = Q[np.nonzero(ok)[0]] if ok.any() else q_seed[None]
     if mech.n_rows:
         E = jax.jit(jax.vmap(lambda q: jm.tangent_map(mech, q, independent=active_of(robot, mech))))(Q)
         CE = jax.jit(jax.vmap(lambda q, e: jm.closure_jacobian(mech, q) @ e))(Q, E)
