@@ -38,10 +38,14 @@ from .kinematics import (
     normalize,
     random_configuration,
 )
+from .independent import distribute_effort, mobility, reduced_effort, select_independent
 from .mechanism import Mechanism
 from .reduction import (
+    ReductionError,
     TangentMap,
     acceleration_lift,
+    acceleration_lift_status,
+    independent_names,
     port_effort,
     port_jacobian,
     port_tangent_map,
@@ -105,8 +109,15 @@ __all__ = [
     "random_configuration",
     "read_graph",
     "v_to_mujoco_qvel",
+    "ReductionError",
     "TangentMap",
     "acceleration_lift",
+    "acceleration_lift_status",
+    "independent_names",
+    "distribute_effort",
+    "mobility",
+    "reduced_effort",
+    "select_independent",
     "port_effort",
     "port_jacobian",
     "port_tangent_map",
