@@ -25,6 +25,7 @@ from .constrained import ConstrainedDynamics, InverseDynamics, forward_dynamics,
 from .curvature import closure_bias, closure_bias_autodiff
 from .dynamics import aba, crba, external_wrenches, gravity_torques, nonlinear_effects, rnea, spatial_inertia
 from .graph import Graph, ModelError, pose
+from .independent import distribute_effort, mobility, reduced_effort, select_independent
 from .io import load, read_graph
 from .io.export import export_mjcf
 from .io.mujoco_convert import mujoco_qvel_to_v, v_to_mujoco_qvel
@@ -38,7 +39,6 @@ from .kinematics import (
     normalize,
     random_configuration,
 )
-from .independent import distribute_effort, mobility, reduced_effort, select_independent
 from .mechanism import Mechanism
 from .reduction import (
     ReductionError,
