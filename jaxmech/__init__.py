@@ -25,6 +25,7 @@ from .constrained import ConstrainedDynamics, InverseDynamics, forward_dynamics,
 from .curvature import closure_bias, closure_bias_autodiff
 from .dynamics import aba, crba, external_wrenches, gravity_torques, nonlinear_effects, rnea, spatial_inertia
 from .graph import Graph, ModelError, pose
+from .independent import distribute_effort, mobility, reduced_effort, select_independent
 from .io import load, read_graph
 from .io.export import export_mjcf
 from .io.mujoco_convert import mujoco_qvel_to_v, v_to_mujoco_qvel
@@ -40,8 +41,11 @@ from .kinematics import (
 )
 from .mechanism import Mechanism
 from .reduction import (
+    ReductionError,
     TangentMap,
     acceleration_lift,
+    acceleration_lift_status,
+    independent_names,
     port_effort,
     port_jacobian,
     port_tangent_map,
@@ -105,8 +109,15 @@ __all__ = [
     "random_configuration",
     "read_graph",
     "v_to_mujoco_qvel",
+    "ReductionError",
     "TangentMap",
     "acceleration_lift",
+    "acceleration_lift_status",
+    "independent_names",
+    "distribute_effort",
+    "mobility",
+    "reduced_effort",
+    "select_independent",
     "port_effort",
     "port_jacobian",
     "port_tangent_map",
