@@ -55,7 +55,6 @@ def test_info_by_example_name():
     assert _dof(res.output)[1] == 1
 
 
-@pytest.mark.skipif(not (ROOT / "configs" / "stewart.toml").exists(), reason="stewart example not shipped yet")
 def test_info_stewart():
     res = runner.invoke(app, ["info", str(ROOT / "configs" / "stewart.toml")])
     assert res.exit_code == 0, res.output
