@@ -86,22 +86,25 @@ def test_config_loads(name):
     assert len(m.topo.row_names) == m.n_rows
 
 
+@jax.jit
+def _worst_jacobian_error(m, keys):
+    """Largest relative / absolute error of the analytic Jacobian against jax.jacfwd over random
+    states drawn from ``keys`` (jitted once per mechanism and batch size; the model is an argument)."""
+    qs = jax.vmap(lambda k: jm.random_configuration(m, k, 3.0))(keys)
+    out = jax.vmap(lambda q: jm.check_jacobian(m, q))(qs)
+    return jnp.max(out["max_rel"]), jnp.max(out["max_abs"])
+
+
+@pytest.mark.parametrize("n", [128, pytest.param(1000, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", TOMLS)
-def test_jacobian_matches_autodiff_on_random_states(name):
-    """Analytic C vs jax.jacfwd along integrate, 1,000 random (mostly infeasible) states."""
+def test_jacobian_matches_autodiff_on_random_states(name, n):
+    """Analytic C vs jax.jacfwd along integrate, 128 (slow tier: 1,000) random, mostly
+    infeasible states."""
     m = load(name)
     if m.n_rows == 0:  # a tree: no rows, an empty (0, nv) Jacobian
         assert jm.closure_jacobian(m, m.q0).shape == (0, m.nv)
         return
-    keys = jax.random.split(jax.random.PRNGKey(7), 1000)
-    qs = jax.vmap(lambda k: jm.random_configuration(m, k, 3.0))(keys)
-
-    @jax.jit
-    def worst(qs):
-        out = jax.vmap(lambda q: jm.check_jacobian(m, q))(qs)
-        return jnp.max(out["max_rel"]), jnp.max(out["max_abs"])
-
-    rel, ab = worst(qs)
+    rel, ab = _worst_jacobian_error(m, jax.random.split(jax.random.PRNGKey(7), n))
     assert np.isfinite(float(rel)) and float(rel) <= 1e-9, f"{name}: max rel {float(rel):.3e}, abs {float(ab):.3e}"
 
 
@@ -230,17 +233,19 @@ def test_stewart_leg_frames_measure_leg_length():
     assert float(jnp.max(jax.jit(jax.vmap(dist_err))(qs))) <= 1e-13
 
 
-def test_stewart_batched_residual_and_jacobian_8192():
+@pytest.mark.parametrize("n", [256, pytest.param(8192, marks=pytest.mark.slow)])
+def test_stewart_batched_residual_and_jacobian(n):
     m = load("stewart.toml")
-    keys = jax.random.split(jax.random.PRNGKey(11), 8192)
+    keys = jax.random.split(jax.random.PRNGKey(11), n)
     qs = jax.vmap(lambda k: jm.random_configuration(m, k, 1.0))(keys)
-    f = jax.jit(jax.vmap(lambda q: jm.closure_residual_and_jacobian(m, q)))
-    r, J = f(qs)
-    assert r.shape == (8192, 18) and J.shape == (8192, 18, 24)
+    f = jax.jit(jax.vmap(jm.closure_residual_and_jacobian, in_axes=(None, 0)))
+    r, J = f(m, qs)
+    assert r.shape == (n, 18) and J.shape == (n, 18, 24)
     assert bool(jnp.all(jnp.isfinite(r))) and bool(jnp.all(jnp.isfinite(J)))
-    rk, Jk = jm.closure_residual_and_jacobian(m, qs[4095])  # batched == single-state evaluation
-    np.testing.assert_allclose(r[4095], rk, atol=1e-14)
-    np.testing.assert_allclose(J[4095], Jk, atol=1e-13)
+    k = n // 2 - 1
+    rk, Jk = res_jac(m)(qs[k])  # batched == single-state evaluation
+    np.testing.assert_allclose(r[k], rk, atol=1e-14)
+    np.testing.assert_allclose(J[k], Jk, atol=1e-13)
 
 
 # ----------------------------------------------------------------------------- excavator
