@@ -133,8 +133,6 @@ def _mp_reference(M, h, C, gamma, tau, dps=40):
     ],
 )
 def test_planar_linkages_vs_mpmath(cfg):
-    if not (CONFIGS / f"{cfg}.toml").exists():
-        pytest.skip(f"configs/{cfg}.toml not present")
     mech = _load(cfg)
     Q = _assembled(mech, 6, 0.2, seed=2)
     V, T = _consistent_states(mech, Q, seed=2)

@@ -22,10 +22,7 @@ BATCH = 4
 
 def _load(configs_dir, name):
     if name not in _MECHS:
-        p = configs_dir / f"{name}.toml"
-        if not p.exists():
-            pytest.skip(f"{name}.toml not shipped")
-        _MECHS[name] = jm.load(p)
+        _MECHS[name] = jm.load(configs_dir / f"{name}.toml")
     return _MECHS[name]
 
 
@@ -190,8 +187,7 @@ def test_curvature_second_derivative_of_residual(configs_dir):
 )
 def test_port_jacobian_and_virtual_work(configs_dir, name):
     mech = _load(configs_dir, name)
-    if not mech.topo.port_names:
-        pytest.skip("no ports")
+    assert mech.topo.port_names, f"{name}: no ports"
     Q = _assembled(mech, BATCH)[:2]
 
     def f(q, v, fp):
@@ -274,7 +270,7 @@ def test_status_singular_and_inconsistent(configs_dir):
 
 
 def test_velocity_lift_matches_track_finite_differences(configs_dir):
-    track = getattr(jm, "track", None) or pytest.importorskip("jaxmech.tracking").track
+    track = jm.track
     mech = _load(configs_dir, "four_bar")
     q0 = _assembled(mech, BATCH)[0]
     th0 = float(q0[mech.q_slice("crank")][0])
@@ -306,8 +302,6 @@ def _go2_support_mech(configs_dir, feet):
 
 @pytest.mark.parametrize("feet,d", [(("FL", "RR"), 12), (("FL", "FR", "RL"), 9), (("FL", "FR", "RL", "RR"), 6)])
 def test_go2_support_modes(configs_dir, feet, d):
-    if not (configs_dir / "go2.toml").exists():
-        pytest.skip("go2 config missing")
     mech, _, base, q = _go2_support_mech(configs_dir, feet)
     # the supported mechanism's q layout equals the base one (same tree)
     assert mech.joint_names == base.joint_names
@@ -326,8 +320,6 @@ def test_go2_support_modes(configs_dir, feet, d):
 
 
 def test_panda_coupling_and_tool_target(configs_dir):
-    if not (configs_dir / "panda.toml").exists():
-        pytest.skip("panda config missing")
     g = jm.read_graph(configs_dir / "panda.toml")
     base = jm.compile(g)
     q = jnp.asarray(base.q0)
