@@ -55,6 +55,7 @@ from .reduction import (
     task_jacobian,
     tree_speed_lift,
 )
+from .sharding import shard
 from .simulate import SimState, StepInfo, rollout, rollout_batch, step, step_with_info
 from .tracking import TrackResult, track
 
@@ -126,6 +127,7 @@ __all__ = [
     "tangent_map_status",
     "task_jacobian",
     "tree_speed_lift",
+    "shard",
     "SimState",
     "StepInfo",
     "rollout",
