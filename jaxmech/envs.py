@@ -230,10 +230,11 @@ class TrackingEnv(eqx.Module):
             jnp.where(failed, state.obs, obs),
             jnp.where(failed, r_fail, self.reward_of(obs, a)),
             jnp.where(failed | trunc, one, zero),
-            {
-                "task_error": jnp.where(failed, state.metrics["task_error"], jnp.linalg.norm(e)),
-                "closure_gap": jnp.where(jnp.isfinite(gap), gap, jnp.inf),
-            },
+            dict(  # wrappers' extra keys pass through
+                state.metrics,
+                task_error=jnp.where(failed, state.metrics["task_error"], jnp.linalg.norm(e)),
+                closure_gap=jnp.where(jnp.isfinite(gap), gap, jnp.inf),
+            ),
             dict(state.info, t=t, truncation=jnp.where(trunc, one, zero), failure=jnp.where(failed, one, zero)),
         )
         # a finished episode stays frozen with zero reward (auto-reset wrappers clear ``done`` first)
