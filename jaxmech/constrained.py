@@ -154,6 +154,22 @@ def _cho_solve(L, b):
     return jax.scipy.linalg.cho_solve((L, True), b)
 
 
+def _kkt_solve(M, rows: _Rows, b):
+    """``(a, lambda_s)`` of ``M a = b + C_s^T lambda_s``, ``C_s a = -gamma_s`` (Schur complement).
+
+    Cholesky ``M = L L^T``; one forward substitution for both right-hand sides
+    ``Z = L^-1 [b, C_s^T]``; ``K = C_s M^-1 C_s^T = Z_C^T Z_C``; ``a = L^-T (z_b + Z_C lambda_s)``."""
+    L = jnp.linalg.cholesky(M)
+    if rows.k == 0:
+        return _cho_solve(L, b), jnp.zeros(0, M.dtype)
+    Z = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), lower=True)
+    zb, ZC = Z[:, 0], Z[:, 1:]
+    K = ZC.T @ ZC + rows.pad
+    lam_s = _cho_solve(jnp.linalg.cholesky(K), -rows.gs - ZC.T @ zb)
+    a = jax.scipy.linalg.solve_triangular(L, zb + ZC @ lam_s, lower=True, trans="T")
+    return a, lam_s
+
+
 def _finish(rows: _Rows, C, gamma, a, lam, extra_bad=None):
     err = jnp.max(jnp.abs(C @ a + gamma)) if rows.s else jnp.zeros((), a.dtype)
     eps = jnp.finfo(a.dtype).eps
@@ -197,17 +213,9 @@ def forward_dynamics(
     C, gamma = closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
     rows = _Rows(C, gamma, _row_mask(mech, support, dt), rtol)
     if method == "kkt":
-        L = jnp.linalg.cholesky(M)
-        if rows.k == 0:
-            return _finish(rows, rows.C, rows.gamma, _cho_solve(L, b), jnp.zeros(rows.s, dt))
-        # one forward substitution for both right-hand sides: Z = L^-1 [b, C_s^T]; then
-        # K = C_s M^-1 C_s^T = Z_C^T Z_C and a = L^-T (z_b + Z_C lambda_s)
-        Z = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), lower=True)
-        zb, ZC = Z[:, 0], Z[:, 1:]
-        K = ZC.T @ ZC + rows.pad
-        lam_s = _cho_solve(jnp.linalg.cholesky(K), -rows.gs - ZC.T @ zb)
-        a = jax.scipy.linalg.solve_triangular(L, zb + ZC @ lam_s, lower=True, trans="T")
-        return _finish(rows, rows.C, rows.gamma, a, rows.scatter(lam_s))
+        a, lam_s = _kkt_solve(M, rows, b)
+        lam = rows.scatter(lam_s) if rows.k else jnp.zeros(rows.s, dt)
+        return _finish(rows, rows.C, rows.gamma, a, lam)
     # projected
     G = rows.Cs @ rows.Cs.T + rows.pad  # Gram of the selected rows
     Lg = jnp.linalg.cholesky(G) if rows.k else None
