@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..graph import ModelError
@@ -26,7 +27,17 @@ def read_text(path) -> str:
         raise ModelError(f"{path}: not a UTF-8 text file (byte {e.start}: {bad!r}); save it as UTF-8") from None
 
 
-def check_utf8(path) -> Path:
-    """``path`` if it is a readable UTF-8 text file (for loaders whose parser opens the file itself)."""
+def check_utf8(path, xml: bool = False) -> Path:
+    """``path`` if it is a readable UTF-8 text file (for loaders whose parser opens the file itself).
+    ``xml=True``: a file whose XML declaration names another encoding is left to the XML parser."""
+    path = Path(path)
+    if xml:
+        try:
+            head = path.read_bytes()[:200]
+        except OSError:
+            head = b""
+        m = re.match(rb"^(\xef\xbb\xbf)?\s*<\?xml[^>]*encoding\s*=\s*[\"']([A-Za-z0-9._-]+)", head)
+        if m and m.group(2).lower().replace(b"_", b"-") not in (b"utf-8", b"utf8"):
+            return path
     read_text(path)
-    return Path(path)
+    return path

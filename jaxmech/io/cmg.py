@@ -32,6 +32,7 @@ a missing or unknown schema is read with the union of all). Per variant:
   -> one port ``sum c q`` over several joints (the joint with the largest ``|c|`` is marked
   actuated: one actuator, one input coordinate; ``input_status: unconnected`` keeps the port but
   marks nothing); port name = actuator ``id`` (else the joint);
+* ``tool`` {body, T_body_tool}: a named frame ``tool`` (the task frame of a 6-D target);
 * ``drive`` {joint: {armature, damping, frictionloss}} -> the model's armature/damping/frictionloss;
 * ``gravity_m_s2`` (3).
 
@@ -449,6 +450,11 @@ def _sites(rd: _Reader, data: dict, body) -> None:
         if f.get("radius") is not None:
             rd.num(el, "radius_m", f["radius"])
         g.add_frame(body(el, f["body"]), rd.name(el, f["id"]), pose(rd.arr(el, "point_m", f["point"], 3)))
+    tool = _section(rd, data, "tool", dict)
+    if tool:
+        f = rd.fields("tool", "tool", tool, S.TOOL, S.TOOL_INFO, ("body",))
+        T = rd.tf("tool", "T_body_tool", f.get("T", np.eye(4)))
+        g.add_frame(body("tool", f["body"]), rd.name("tool", f.get("id", "tool")), T)
     for k, s in enumerate(_section(rd, data, "sole_sites")):
         el = f"sole_site #{k + 1} '{s.get('id', '?') if isinstance(s, dict) else '?'}'"
         f = rd.fields(el, "sole_sites[]", s, S.SOLE_SITE, (), S.SOLE_SITE_REQUIRED[:2])

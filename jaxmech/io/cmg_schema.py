@@ -8,7 +8,7 @@ these tables only: a key no table names is reported in one warning; a key that h
 structure (``GENERATED``) is refused.
 
 Field-by-field description of the variants: the module doc of :mod:`jaxmech.io.cmg` and
-``configs/README.md``.
+``configs/paper_robots.md`` (the authors' README, field by field).
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ VARIANTS: dict[str, Variant] = {
             False,
             "transmission",
             "flat",
-            frozenset({"actuators", "gravity_m_s2", "seed", "affine_couplings"}),
-            _COMMON_INFO | {"root", "tool", "redundancy_joint", "target_reference_rotation"},
+            frozenset({"actuators", "gravity_m_s2", "seed", "affine_couplings", "tool"}),
+            _COMMON_INFO | {"root", "redundancy_joint", "target_reference_rotation"},
         ),
     )
 }
@@ -225,5 +225,8 @@ ACTUATOR = {
     "status": ("input_status",),
 }
 ACTUATOR_INFO = frozenset({"effort_type", "unit", "type", "limits", "force_bounds_N", "force_range", "ctrl_range"})
+
+TOOL = {"id": ("id", "name"), "body": ("body",), "T": ("T_body_tool",)}
+TOOL_INFO = frozenset({"convention"})
 
 SEED = {"joints": ("joints", "q"), "base_pose": ("base_pose",)}
