@@ -519,6 +519,7 @@ def _finish(mech, part, q_out, opts, pre_status, finished, too_small, rc_last, d
             jnp.ones((), dtype),
             jnp.zeros((), dtype),
         )
+        err = jnp.zeros((), dtype)
     if part.p_lin_q:
         iq = np.asarray(part.p_lin_q, int)
         span = 1e-9 * (1.0 + jnp.abs(q_out[iq]))
@@ -565,8 +566,9 @@ def _assemble_impl(mech: Mechanism, q_guess, part: Partition, opts: AssemblyOpti
     q_in = normalize(m, jnp.where(finite_in, q_g, m.q0.astype(dt)))
     p = np.asarray(part.passive, int)
     n_p = p.size
-    if n_p > mech.n_rows:  # statically under-determined: more unknowns than closure rows
-        status = jnp.where(finite_in, UNDERDETERMINED, NONFINITE_INPUT).astype(jnp.int32)
+    if n_p > mech.n_rows or not mech.n_rows:  # statically under-determined, or nothing to close (a tree)
+        st0 = UNDERDETERMINED if n_p > mech.n_rows else CONVERGED
+        status = jnp.where(finite_in, st0, NONFINITE_INPUT).astype(jnp.int32)
         status, residual, rank, rc, rows = _finish(m, part, q_in, opts, status, False, False, jnp.ones((), dt), dt)
         act = jnp.asarray(part.active, jnp.int32)
         return AssemblyResult(q_in, status, residual, jnp.zeros((), jnp.int32), rank, rc, rows, jnp.zeros((), dt), act)

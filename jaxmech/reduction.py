@@ -359,6 +359,8 @@ def port_values(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     v2q[t.lin_v] = t.lin_q
     is_j = np.asarray([pt == "joint" for pt in t.port_types])
     qj = q[v2q[np.maximum(t.port_v, 0)]]
+    if t.port_coef.shape == (len(t.port_names), t.nv):  # transmissions: sum_j c_j q_j
+        qj = jnp.asarray(t.port_coef[:, t.lin_v], q.dtype) @ q[t.lin_q]
     pos, _ = _port_geometry(mech, q)
     dist = jnp.linalg.norm(pos[:, 1] - pos[:, 0], axis=-1)
     return mech.port_gear * jnp.where(is_j, qj, dist)
@@ -372,6 +374,8 @@ def port_jacobian(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
         return jnp.zeros((0, mech.nv), q.dtype)
     is_j = np.asarray([pt == "joint" for pt in t.port_types])
     Pj = jnp.zeros((npt, mech.nv), q.dtype).at[np.arange(npt), np.maximum(t.port_v, 0)].set(1.0)
+    if t.port_coef.shape == (npt, mech.nv):  # transmissions: several joints per port
+        Pj = jnp.asarray(t.port_coef, q.dtype)
     pos, Jp = _port_geometry(mech, q)
     dp = pos[:, 1] - pos[:, 0]
     n2 = jnp.sum(dp * dp, -1)

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ..graph import WORLD, Graph, ModelError, pose
+from ._text import check_utf8
 
 _JNT = {0: "free", 1: "spherical", 2: "prismatic", 3: "revolute"}
 
@@ -95,6 +96,7 @@ def read_mjcf(path) -> Graph:
     path = Path(path)
     if not path.exists():
         raise ModelError(f"{path}: file not found")
+    check_utf8(path, xml=True)
     m = _spec_without_meshes(path)
     return graph_from_mjmodel(m, source=str(path))
 
