@@ -101,8 +101,8 @@ def test_tangent_map_and_acceleration_lift(closed):
         assert np.max(np.abs(C[k] @ a[k] + gam[k])) <= 1e-11 * max(1.0, np.abs(a[k]).max())
         # a = E udot + a_gamma with a[I] = udot
         np.testing.assert_allclose(a[k][np.asarray(tm.independent[k])], np.asarray(ud[k][:d]), atol=1e-13)
-    with pytest.raises(ValueError, match="static mobility"):
-        jax.jit(lambda q: red.tangent_map(mech, q, "auto"))(Q[0])
+    with pytest.raises(ValueError, match="static mobility"):  # a traced model has no static mobility
+        jax.jit(lambda m, q: red.tangent_map(m, q, "auto"))(mech, Q[0])
 
 
 _SLOW = pytest.mark.slow
