@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _shared import assemble_batch, load
 
 import jaxmech as jm
 from jaxmech import reduction as red
@@ -21,13 +22,10 @@ BATCH = 4
 
 
 def _load(configs_dir, name):
-    if name not in _MECHS:
-        _MECHS[name] = jm.load(configs_dir / f"{name}.toml")
-    return _MECHS[name]
+    return load(name)
 
 
 _STATES: dict = {}
-_MECHS: dict = {}
 
 
 def _assembled(mech, n, seed=0, scale=0.05):
@@ -41,7 +39,7 @@ def _assembled(mech, n, seed=0, scale=0.05):
     act_q = np.unique(act_q)
     noise = scale * jax.random.uniform(key, (n, act_q.size), minval=-1, maxval=1)
     guesses = jnp.broadcast_to(mech.q0, (n, mech.nq)).at[:, act_q].add(noise)
-    res = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))(guesses)
+    res = assemble_batch(mech, guesses)  # the session's padded compile (tests/_shared.py)
     ok = np.asarray(res.status) == 0
     assert ok.sum() >= max(1, n // 2), f"{mech.name}: assembly failed for {np.sum(~ok)} of {n} states"
     _STATES[ck] = res.q[ok]
