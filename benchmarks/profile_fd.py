@@ -39,8 +39,6 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxmech import rank  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -149,7 +147,9 @@ def main():
         os.sched_setaffinity(0, {args.core})
     dt = jnp.dtype(args.dtype)
     mech = jm.load(args.config)
-    mech = jax.tree_util.tree_map(lambda x: x.astype(dt) if isinstance(x, jax.Array) and x.dtype.kind == "f" else x, mech)
+    mech = jax.tree_util.tree_map(
+        lambda x: x.astype(dt) if isinstance(x, jax.Array) and x.dtype.kind == "f" else x, mech
+    )
     comps = components(mech)
     if args.only:
         comps = {k: comps[k] for k in args.only.split(",")}
@@ -184,9 +184,7 @@ def main():
         last = row[batches[-1]]
         gfs = last[3] / last[0] / 1e3
         print(
-            f"  {k:28s}"
-            + "".join(f"{row[b][0]:10.2f}" for b in batches)
-            + f"{last[3]:10.0f}{gfs:8.2f}{last[2]:9.2f}"
+            f"  {k:28s}" + "".join(f"{row[b][0]:10.2f}" for b in batches) + f"{last[3]:10.0f}{gfs:8.2f}{last[2]:9.2f}"
         )
 
 

@@ -42,7 +42,17 @@ import numpy as np
 
 from . import lie
 from .curvature import joint_bias
-from .kinematics import _frame_lookup, compose_tree, joint_columns, joint_values, local_transforms
+from .kinematics import (
+    _frame_lookup,
+    _levels,
+    _pad2,
+    _world_poses,
+    compose_tree,
+    joint_columns,
+    joint_values,
+    local_poses,
+    local_transforms,
+)
 from .mechanism import Mechanism
 
 # ----------------------------------------------------------------------------- helpers
@@ -78,27 +88,6 @@ def _per_body(mech: Mechanism, x: jnp.ndarray) -> jnp.ndarray:
     vi = mech.topo.v_index
     xe = jnp.concatenate([x, jnp.zeros(1, x.dtype)])
     return xe[np.where(vi >= 0, vi, x.shape[0])]
-
-
-def _levels(mech: Mechanism):
-    """Padded level table (n_levels, width) and the parent of each entry (same shape) for ``lax.scan`` sweeps.
-
-    Slot ``nb`` is the world, slot ``nb + 1`` a scratch slot that absorbs the padding (its per-body
-    data are zeros, its parent is itself), so every level is one fixed-shape gather / scatter and
-    the traced program does not grow with the depth."""
-    topo = mech.topo
-    nb = len(topo.body_names)
-    width = max((len(lv) for lv in topo.levels), default=1)
-    tab = np.full((max(1, len(topo.levels)), width), nb + 1, dtype=np.int32)
-    for i, lv in enumerate(topo.levels):
-        tab[i, : len(lv)] = lv
-    par = np.concatenate([np.where(topo.parent < 0, nb, topo.parent), [nb + 1, nb + 1]]).astype(np.int32)
-    return tab, par[tab]
-
-
-def _pad2(x: jnp.ndarray) -> jnp.ndarray:
-    """Append two zero rows (world and scratch slots)."""
-    return jnp.concatenate([x, jnp.zeros((2,) + x.shape[1:], x.dtype)], 0)
 
 
 def _ad(V, x):
@@ -176,24 +165,6 @@ def _body_ancestor(mech: Mechanism) -> np.ndarray:
     return A
 
 
-def _world_poses(mech: Mechanism, X: jnp.ndarray):
-    """World rotations (nb, 3, 3) and positions (nb, 3) from local transforms: one ``lax.scan``
-    step per depth level (padded level table, so the program does not grow with the depth)."""
-    nb, dt = mech.nb, X.dtype
-    xs = _levels(mech)
-    Rl, pl = _pad2(X[:, :3, :3]), _pad2(X[:, :3, 3])
-    R0 = jnp.zeros((nb + 2, 3, 3), dt).at[nb].set(jnp.eye(3, dtype=dt))
-
-    def down(carry, x):
-        idx, pidx = x
-        R, p = carry
-        Rp = R[pidx]
-        return (R.at[idx].set(_mm3(Rp, Rl[idx])), p.at[idx].set(_rot(Rp, pl[idx]) + p[pidx])), None
-
-    (R, p), _ = jax.lax.scan(down, (R0, jnp.zeros((nb + 2, 3), dt)), xs)
-    return R[:nb], p[:nb]
-
-
 class _World:
     """One forward-kinematics pass in world coordinates, shared by RNEA, CRBA and the closure terms.
 
@@ -207,7 +178,7 @@ class _World:
         dt = q.dtype
         _, _, th1, th2, d = joint_values(mech, q)
         self.mech = mech
-        self.R, self.p = _world_poses(mech, local_transforms(mech, q))
+        self.R, self.p = _world_poses(mech, *local_poses(mech, q))
         self.S = joint_columns(mech, th1, th2, d)
         Sv = self.S[topo.v_body, :, topo.v_col]  # (nv, 6)
         self.cols = twist_to_world(self.R[topo.v_body], self.p[topo.v_body], Sv)
