@@ -201,12 +201,13 @@ def _head(out, idx: np.ndarray, mesh):
     return jax.tree_util.tree_map(np.asarray, take(out))
 
 
-def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None) -> dict:
+def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None, bank: dict | None = None) -> dict:
     """Run the benchmark of ``mech64`` (a float64 Mechanism; x64 must be enabled) and return the
     report: ``env`` (device kind and count, processes, versions), ``rows`` (one dict per stage,
     precision and batch, see :class:`Row`), ``skipped`` messages, ``outputs`` (float64 heads of
-    each stage's largest measured batch, host arrays) and the wall time. ``progress(text)`` is
-    called after each batch."""
+    each stage's largest measured batch, host arrays) and the wall time. ``progress(text, n)`` is
+    called after each batch. ``bank``: float64 host states to use instead of
+    :func:`jaxmech.bench_stages.load_bank`'s (same keys; only those the stages read)."""
     if not jax.config.jax_enable_x64:
         raise RuntimeError("jaxmech bench needs jax_enable_x64 (float64 is the reference precision)")
     bad = [w for w in opts.what if w not in STAGES] + [p for p in opts.precisions if p not in DTYPES]
@@ -216,7 +217,7 @@ def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None)
     budget = _Budget(opts.budget)
     mesh = sharding.batch_mesh(opts.devices)
     all_stages = stages(mech64, opts.track_steps, opts.rollout_steps, opts.dt)
-    bank = load_bank(mech64, opts.bank, opts.seed, opts.track_steps)
+    bank = load_bank(mech64, opts.bank, opts.seed, opts.track_steps) if bank is None else bank
     rows: list[Row] = []
     skipped: list[str] = []
     outputs: dict[str, dict] = {}
@@ -226,7 +227,7 @@ def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None)
     groups = [(s, p) for s in opts.what for p in opts.precisions]
     for gi, (sname, prec) in enumerate(groups):
         stage = all_stages[sname]
-        if stage.name == "track" and bank["path"].shape[-1] == 0:
+        if stage.name == "track" and bank.get("path", np.zeros((0, 0))).shape[-1] == 0:
             skipped.append(f"{sname} {prec}: no actuated joints to track")
             rows += [Row(sname, prec, b, skipped="no actuated joints") for b in batches]
             continue
