@@ -18,10 +18,12 @@ distinct state.
 
 Several hosts: every process runs :func:`run` after ``jaxmech.sharding.initialize``; each holds
 and computes only its devices' rows; timings are the slowest process's; every decision (skip,
-repetitions) is process 0's. Budget: the remaining wall time is shared among the (stage,
-precision) pairs still to run; a batch whose predicted cost (compile time and calls, extrapolated
-linearly from the previous batch) does not fit is skipped with all larger ones, and the report
-says so. A compile is not interruptible: a budget smaller than one compile is overrun by it.
+repetitions) is process 0's. Budget: batches run breadth first (the smallest batch of every
+stage and precision, then the next size, ...); a batch whose predicted cost (compile time and
+calls, extrapolated linearly from the group's previous batch; for a first batch the compile time
+of the same stage in the other precision, or the mean compile time so far) exceeds the time left
+is skipped with all larger ones of its group, and the report says so. A compile cannot be
+interrupted: a budget shorter than one compile is overrun by it.
 """
 
 from __future__ import annotations
@@ -201,12 +203,13 @@ def _head(out, idx: np.ndarray, mesh):
     return jax.tree_util.tree_map(np.asarray, take(out))
 
 
-def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None) -> dict:
+def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None, bank: dict | None = None) -> dict:
     """Run the benchmark of ``mech64`` (a float64 Mechanism; x64 must be enabled) and return the
     report: ``env`` (device kind and count, processes, versions), ``rows`` (one dict per stage,
     precision and batch, see :class:`Row`), ``skipped`` messages, ``outputs`` (float64 heads of
-    each stage's largest measured batch, host arrays) and the wall time. ``progress(text)`` is
-    called after each batch."""
+    each stage's largest measured batch, host arrays) and the wall time. ``progress(text, n)`` is
+    called after each batch. ``bank``: float64 host states to use instead of
+    :func:`jaxmech.bench_stages.load_bank`'s (same keys; only those the stages read)."""
     if not jax.config.jax_enable_x64:
         raise RuntimeError("jaxmech bench needs jax_enable_x64 (float64 is the reference precision)")
     bad = [w for w in opts.what if w not in STAGES] + [p for p in opts.precisions if p not in DTYPES]
@@ -216,47 +219,55 @@ def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None)
     budget = _Budget(opts.budget)
     mesh = sharding.batch_mesh(opts.devices)
     all_stages = stages(mech64, opts.track_steps, opts.rollout_steps, opts.dt)
-    bank = load_bank(mech64, opts.bank, opts.seed, opts.track_steps)
-    rows: list[Row] = []
-    skipped: list[str] = []
+    bank = load_bank(mech64, opts.bank, opts.seed, opts.track_steps) if bank is None else bank
+    batches = sorted(set(opts.batches))
+    rows: dict[tuple, Row] = {}
     outputs: dict[str, dict] = {}
     acc_fns: dict = {}
-    compile_seen: dict[str, float] = {}
-    batches = sorted(set(opts.batches))
-    groups = [(s, p) for s in opts.what for p in opts.precisions]
-    for gi, (sname, prec) in enumerate(groups):
-        stage = all_stages[sname]
-        if stage.name == "track" and bank["path"].shape[-1] == 0:
-            skipped.append(f"{sname} {prec}: no actuated joints to track")
-            rows += [Row(sname, prec, b, skipped="no actuated joints") for b in batches]
-            continue
-        group = _Group(stage, DTYPES[prec], mech64, mesh, bank, acc_fns)
-        group.compile_guess = compile_seen.get(sname, math.nan)
-        deadline = time.perf_counter() + budget.left() / (len(groups) - gi)
-        for bi, b in enumerate(batches):
-            guess = group.predict(b, opts.reps)
-            fits = budget.left() > 1.0 and (
-                math.isnan(guess) or time.perf_counter() + guess <= max(deadline, time.perf_counter() + 1.0)
+    groups: dict[tuple[str, str], _Group | None] = {}
+    for sname in opts.what:
+        for prec in opts.precisions:
+            no_track = sname == "track" and bank.get("path", np.zeros((0, 0))).shape[-1] == 0
+            groups[sname, prec] = (
+                None if no_track else _Group(all_stages[sname], DTYPES[prec], mech64, mesh, bank, acc_fns)
             )
-            if not _agree(bool(fits)):
-                why = f"predicted {guess:.0f} s" if not math.isnan(guess) else "budget spent"
-                rest = batches[bi:]
-                skipped.append(f"{sname} {prec}: batches {', '.join(map(str, rest))} skipped ({why}; budget)")
-                rows += [Row(sname, prec, r, skipped="budget") for r in rest]
+    why: dict[tuple[str, str], str] = {g: "no actuated joints to track" for g, v in groups.items() if v is None}
+    # breadth first: the smallest batch of every stage, then the next size, ...: a short budget
+    # covers every stage and skips the largest batches
+    for b in batches:
+        for (sname, prec), group in groups.items():
+            if (sname, prec) in why:
+                rows[sname, prec, b] = Row(sname, prec, b, skipped="budget" if group else "no actuated joints")
+                continue
+            guess = group.predict(b, opts.reps)
+            if math.isnan(guess):  # nothing known yet: the mean compile time seen so far
+                seen = [g.last.compile_s for g in groups.values() if g and g.last]
+                guess = group.compile_guess if not math.isnan(group.compile_guess) else float(np.mean(seen or [0.0]))
+            left = budget.left()
+            if not _agree(bool(left > 0.5 and guess <= left)):
+                why[sname, prec] = f"budget: predicted {guess:.0f} s, {max(left, 0):.0f} s left"
+                rows[sname, prec, b] = Row(sname, prec, b, skipped="budget")
                 if progress:
-                    progress(f"{sname} {prec}: skipped", len(rest))
-                break
+                    progress(f"{sname} {prec} batch {b}: skipped", 1)
+                continue
             row, head = group.measure(b, opts.reps)
-            compile_seen.setdefault(sname, row.compile_s)
-            rows.append(row)
+            for (s2, _), g2 in groups.items():  # the other precision's first compile is alike
+                if g2 and s2 == sname and math.isnan(g2.compile_guess):
+                    g2.compile_guess = row.compile_s
+            rows[sname, prec, b] = row
             outputs[f"{sname}_{prec}"] = head
             if progress:
                 progress(f"{sname} {prec} batch {b}: {row.us_per_state:.3g} µs/{row.unit}", 1)
+    ordered = [rows[s, p, b] for (s, p) in groups for b in batches]
+    skipped = []
+    for (s, p), msg in why.items():
+        skip = [str(r.batch) for r in ordered if (r.stage, r.precision) == (s, p) and r.skipped]
+        skipped.append(f"{s} {p}: batch{'es' if len(skip) > 1 else ''} {', '.join(skip)} skipped ({msg})")
     return {
         "mechanism": mech64.name,
         "env": env_info(mesh),
         "options": asdict(opts),
-        "rows": [asdict(r) for r in rows],
+        "rows": [asdict(r) for r in ordered],
         "skipped": skipped,
         "elapsed_s": time.perf_counter() - t_start,
         "outputs": outputs,

@@ -54,9 +54,8 @@ def print_report(report: dict, console: Console) -> None:
         console.print(f"[yellow]skipped:[/] {msg}", soft_wrap=True)
 
 
-def write_json(report: dict, path: str | Path) -> Path:
-    """The report without the output arrays (NaN written as null)."""
-    clean = {k: v for k, v in report.items() if k != "outputs"}
+def clean(report: dict) -> dict:
+    """The report without the output arrays, NaN as None (valid JSON)."""
 
     def fix(o):
         if isinstance(o, float) and math.isnan(o):
@@ -67,9 +66,14 @@ def write_json(report: dict, path: str | Path) -> Path:
             return [fix(v) for v in o]
         return o
 
+    return fix({k: v for k, v in report.items() if k != "outputs"})
+
+
+def write_json(report: dict, path: str | Path) -> Path:
+    """The report as JSON (see :func:`clean`)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(fix(clean), indent=1))
+    p.write_text(json.dumps(clean(report), indent=1))
     return p
 
 
