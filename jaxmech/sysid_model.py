@@ -299,9 +299,11 @@ def fit(
             RuntimeWarning,
             stacklevel=2,
         )
-    # noise floor: the richest linear model (every body's 10 parameters, same joint terms / offsets)
+    # noise floor: the richest linear model (every body's 10 parameters, friction and armature on
+    # every 1-D joint, effort offsets)
     rich = {b: "full" for b in mech_guess.body_names if float(mech_guess.mass[mech_guess.body_names.index(b)]) > 0}
-    Yr, y0r, *_ = _design(mech_guess, data, rich, joints, offsets, coulomb_eps)
+    lin_j = {mech_guess.joint_names[b]: ("viscous", "coulomb", "armature") for b in _one_dof_joints(mech_guess)}
+    Yr, y0r, *_ = _design(mech_guess, data, rich, lin_j, True, coulomb_eps)
     Ar, yr = _weighted(data, Yr, y0r)
     _, r_f, _, _, rss_f = _lstsq(Ar, yr, np.zeros(Ar.shape[1]), rtol)
     rms = float(np.sqrt(rss / n))
@@ -318,6 +320,16 @@ def fit(
     mech = _apply(mech_guess, bodies, names, x, p_lin, full, fidx, i_jv)
     base_rows = Vr
     return Fit(mech, x, sd, names, masses, mass_sd, r, base_rows, bad, rms, float(np.sqrt(rss_f / n)), float(F), wrong)
+
+
+def _one_dof_joints(mech: Mechanism):
+    """Indices of the joints whose first velocity coordinate is a 1-D (revolute/prismatic) one."""
+    lin_v = set(np.asarray(mech.topo.lin_v, int).tolist())
+    return [
+        b
+        for b, t in enumerate(mech.topo.joint_types)
+        if t in ("revolute", "prismatic") and int(mech.topo.v_start[b]) in lin_v
+    ]
 
 
 def _gauss_newton_full(A, y, x_lin_sol, xg, p_lin, nf, iterations, rtol):

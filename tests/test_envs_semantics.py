@@ -172,8 +172,12 @@ def test_limit_force_by_hand(fb):
 @pytest.mark.slow
 def test_domain_randomization_flows_into_targets_and_scales(env):
     dr = W.DomainRandomizationWrapper(env, jax.random.PRNGKey(0), 4, mass=(2.0, 2.0), friction=(1, 1), length=(1, 1))
-    np.testing.assert_allclose(np.asarray(dr.envs.action_scale), 2.0 * np.asarray(env.action_scale)[None], rtol=1e-9)
-    np.testing.assert_allclose(np.asarray(dr.envs.mech.mass), 2.0 * np.asarray(env.mech.mass)[None], rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(dr.envs.action_scale), np.broadcast_to(2.0 * np.asarray(env.action_scale), (4, 1)), rtol=1e-9
+    )
+    np.testing.assert_allclose(
+        np.asarray(dr.envs.mech.mass), np.broadcast_to(2.0 * np.asarray(env.mech.mass), (4, 3)), rtol=1e-12
+    )
     dr = W.DomainRandomizationWrapper(env, jax.random.PRNGKey(1), 4, mass=(0.8, 1.2), length=(0.98, 1.02))
     masses = np.asarray(dr.envs.mech.mass)
     assert np.ptp(masses, 0).min() > 0  # every copy differs

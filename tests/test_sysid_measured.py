@@ -84,7 +84,7 @@ def test_from_measurements_shapes_and_errors(fb, motion):
 
 
 @pytest.mark.parametrize("kind", ["mass", "density"])
-@pytest.mark.parametrize("noise", [0.0, 0.01])
+@pytest.mark.parametrize("noise", [0.0, pytest.param(0.01, marks=pytest.mark.slow)])
 def test_matching_parametrization_recovers_masses(fb, motion, kind, noise):
     s = [1.25, 0.85, 1.1]
     truth = with_masses(fb, s) if kind == "mass" else with_density(fb, s)
@@ -103,6 +103,7 @@ def test_matching_parametrization_recovers_masses(fb, motion, kind, noise):
         assert np.all(sd < 0.05 * m_true)
 
 
+@pytest.mark.slow
 def test_full_ten_on_one_body(fb, motion):
     """Coupler with all 10 parameters (COM, inertia, mass unknown), the others known: the planar
     parameters are identifiable, the out-of-plane ones are reported (SD inf, warning), no NaN."""
@@ -152,6 +153,7 @@ def test_friction_and_armature_recovered(fb, motion):
     assert bad.wrong_parametrization
 
 
+@pytest.mark.slow
 def test_weights_and_point_mass(fb, motion):
     """A payload at the coupler point (point mass at a frame); zero weights drop samples."""
     m_p = 0.2
@@ -190,7 +192,8 @@ def test_toml_actuated_joint_creates_port(fb, tmp_path):
     assert fb.topo.port_names == ("crank",)
     bad = tmp_path / "ball.toml"
     bad.write_text(
-        'name = "ball"\n[[body]]\nname = "b"\nmass = 1.0\n[[joint]]\nname = "j"\ntype = "spherical"\n'
+        'name = "ball"\n[[body]]\nname = "b"\nmass = 1.0\ninertia = [0.1, 0.1, 0.1]\n'
+        '[[joint]]\nname = "j"\ntype = "spherical"\n'
         'parent = "world"\nchild = "b"\nactuated = true\n'
     )
     with pytest.raises(jm.ModelError, match=r"add a \[\[port\]\]"):
