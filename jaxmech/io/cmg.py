@@ -33,6 +33,8 @@ a missing or unknown schema is read with the union of all). Per variant:
   actuated: one actuator, one input coordinate; ``input_status: unconnected`` keeps the port but
   marks nothing); port name = actuator ``id`` (else the joint);
 * ``tool`` {body, T_body_tool}: a named frame ``tool`` (the task frame of a 6-D target);
+* ``partition_requests`` {name: [joint ids]} (the file's candidate independent sets): those joints
+  stay in the spanning tree, so each set can be passed to ``jm.assemble(..., active=...)``;
 * ``drive`` {joint: {armature, damping, frictionloss}} -> the model's armature/damping/frictionloss;
 * ``gravity_m_s2`` (3).
 
@@ -212,6 +214,7 @@ def graph_from_cmg(data, source: str | None = None) -> Graph:
             raise g.error("seed.base_pose", "given but the graph has no floating_root")
         g.joints["floating_root"].q0 = base_pose
     _actuators(rd, data, var)
+    _partitions(rd, data)
     _loop_cuts(rd, data, body)
     _couplings(rd, data)
     _sites(rd, data, body)
@@ -402,6 +405,19 @@ def _actuators(rd: _Reader, data: dict, var: S.Variant) -> None:
             g.add_port(pname, "joint", main, 0, gear=gear)
         else:
             g.add_port(pname, "joint", gear=gear, coeffs=coeffs)
+
+
+def _partitions(rd: _Reader, data: dict) -> None:
+    """``partition_requests`` {name: [joint ids]}: the file's candidate independent sets. Their
+    joints are kept in the spanning tree (``cut=False``) so each set can be passed as ``active``."""
+    for name, joints in _section(rd, data, "partition_requests", dict).items():
+        el = f"partition_requests.{name}"
+        if not isinstance(joints, list):
+            raise rd.g.error(el, f"expected a list of joint ids, got {_short(joints)}")
+        for jn in joints:
+            if not isinstance(jn, str) or jn not in rd.g.joints:
+                raise rd.g.error(el, f"names unknown joint {_short(jn)}")
+            rd.g.joints[jn].cut = False
 
 
 def _loop_cuts(rd: _Reader, data: dict, body) -> None:

@@ -60,8 +60,8 @@ VARIANTS: dict[str, Variant] = {
             False,
             "joint",
             "joints",
-            frozenset({"actuators", "gravity_m_s2", "seed"}),
-            _COMMON_INFO | {"ground", "branch_window", "partition_requests"},
+            frozenset({"actuators", "gravity_m_s2", "seed", "partition_requests"}),
+            _COMMON_INFO | {"ground", "branch_window"},
         ),
         Variant(
             "cmg.physical-floating-point-tree/1.0",
