@@ -18,8 +18,9 @@ LAPACK's ``geqp3``, restricted tier by tier). It is plain ``jnp`` with a fixed t
 
 The mobility ``d`` has to be static (it fixes shapes). :func:`mobility` computes it once per model
 from the rank of ``C`` at ``mech.q0`` projected onto the closure manifold (off the manifold the
-rank of a planar loop's redundant rows rises), and caches it by topology and parameters; it needs
-a concrete model (pass ``d=`` when the model itself is traced).
+rank of a planar loop's redundant rows rises), and caches it by topology and parameters. A traced
+model (a ``jit`` argument) reuses the value of the last concrete model with the same topology:
+call :func:`mobility` once outside ``jit``, or pass ``d=``.
 
 Redundant actuation: actuator efforts ``f`` (na,) map to generalized forces ``tau = B f`` with
 ``B = P^T`` (``P`` the port Jacobian, :func:`jaxmech.port_jacobian`), which preserves virtual work
@@ -43,6 +44,7 @@ from .mechanism import Mechanism
 PASSIVE, ACTUATED, FREE = 2, 1, 0
 
 _MOBILITY_CACHE: dict = {}
+_TOPOLOGY_CACHE: dict = {}
 
 
 def coordinate_names(mech: Mechanism) -> tuple[str, ...]:
@@ -69,14 +71,16 @@ def coordinate_tiers(mech: Mechanism) -> np.ndarray:
     return tier
 
 
-def select_independent(C: jnp.ndarray, d: int, tiers, rtol: float = 1e-9):
+def select_independent(C: jnp.ndarray, d: int, tiers, rtol: float = 1e-9, ptol: float = 1e-6):
     """Choose ``d`` independent coordinates of a closure Jacobian ``C`` (s, nv).
 
     Column-pivoted Gram-Schmidt picks the ``nv - d`` dependent columns: at each step the column of
     largest remaining norm among the not yet chosen columns of the highest ``tiers`` value
     (static (nv,) ints; :func:`coordinate_tiers`: passive before actuated before free) whose
-    remaining norm exceeds ``rtol`` times the largest column norm; if none is left above the
-    cutoff, the largest remaining column overall. ``d`` static.
+    remaining norm exceeds ``ptol`` times the largest column norm (so a preferred column that is
+    nearly dependent, e.g. an actuated coordinate near a dead centre, does not force an
+    ill-conditioned block); if none is left above that cutoff, the largest remaining column
+    overall. Columns below ``rtol`` count as dependent. ``d`` static.
 
     Returns ``(I, D, rc)``: ``I`` (d,) and ``D`` (nv - d,) int32 sorted velocity indices, and
     ``rc`` = (smallest pivot) / (largest column norm), a condition estimate of ``C[:, D]`` (0 when
@@ -95,12 +99,13 @@ def select_independent(C: jnp.ndarray, d: int, tiers, rtol: float = 1e-9):
     n2 = jnp.sum(C * C, 0)
     scale = jnp.maximum(jnp.max(n2), jnp.finfo(dt).tiny)
     cut = (rtol * rtol) * scale
+    pcut = (ptol * ptol) * scale
 
     def step(carry, _):
         A, chosen, rc = carry
         m2 = jnp.sum(A * A, 0)
         rel = m2 / scale  # in [0, 1]
-        key = jnp.where(m2 > cut, 2.0 * tiers + rel, rel - 10.0)
+        key = jnp.where(m2 > pcut, 2.0 * tiers + rel, rel - 10.0)
         j = jnp.argmax(jnp.where(chosen, -jnp.inf, key))
         nj = jnp.sqrt(m2[j])
         qv = A[:, j] / jnp.where(nj > 0, nj, 1.0)
@@ -132,11 +137,12 @@ def _closed_reference(mech: Mechanism, q0: jnp.ndarray, rtol: float):
 
 
 def _reference(mech: Mechanism, rtol: float = 1e-9):
-    """Cached ``(d, I)`` of a concrete model at its projected ``q0``: the mobility and the default
-    independent set there (numpy); None for a traced model."""
+    """Cached ``(d, I)`` of a model at its projected ``q0``: the mobility and the default
+    independent set there (numpy). A traced model (e.g. passed as a ``jit`` argument) gets the
+    values last computed for a concrete model of the same topology, or None."""
     leaves = [x for x in jax.tree_util.tree_leaves(mech) if hasattr(x, "shape")]
     if not _is_concrete(leaves):
-        return None
+        return _TOPOLOGY_CACHE.get((mech.topo._hash, float(rtol)))
     key = (mech.topo._hash, float(rtol), tuple(np.asarray(x).tobytes() for x in leaves))
     if key not in _MOBILITY_CACHE:
         with jax.ensure_compile_time_eval():
@@ -145,15 +151,19 @@ def _reference(mech: Mechanism, rtol: float = 1e-9):
             I, _, _ = select_independent(np.asarray(C), d, coordinate_tiers(mech), rtol)
         if len(_MOBILITY_CACHE) > 64:
             _MOBILITY_CACHE.clear()
+            _TOPOLOGY_CACHE.clear()
         _MOBILITY_CACHE[key] = (d, np.asarray(I, dtype=int))
+    _TOPOLOGY_CACHE[(mech.topo._hash, float(rtol))] = _MOBILITY_CACHE[key]
     return _MOBILITY_CACHE[key]
 
 
 def mobility(mech: Mechanism, rtol: float = 1e-9) -> int | None:
-    """Static mobility ``d = nv - rank C`` of the model, or None when the model is traced (then
-    pass ``d=``): the rank at ``mech.q0`` projected onto the closure manifold (minimum-norm
-    Gauss-Newton), cached per topology and parameters. Computed at the model's reference pose: a
-    ``q0`` at a singular configuration gives a larger ``d`` (pass ``d=`` then)."""
+    """Static mobility ``d = nv - rank C`` of the model: the rank at ``mech.q0`` projected onto
+    the closure manifold (minimum-norm Gauss-Newton), cached per topology and parameters. A traced
+    model (a ``jit`` argument) gets the value of the last concrete model with the same topology:
+    call ``jm.mobility(mech)`` once outside ``jit``; None if there was none (then pass
+    ``d=``). Computed at the model's reference pose: a ``q0`` at a singular configuration gives a
+    larger ``d`` (pass ``d=`` then)."""
     if not mech.n_rows:
         return mech.nv
     ref = _reference(mech, rtol)
