@@ -186,7 +186,7 @@ class Graph:
 
     # ------------------------------------------------------------------ helpers
     def error(self, element: str, msg: str) -> ModelError:
-        return ModelError(f"{_where(self.source)}{element}: {msg}")
+        return ModelError(" ".join(f"{_where(self.source)}{element}: {msg}".split()))  # one line (array reprs wrap)
 
     def _vec(self, element: str, what: str, x, n: int) -> np.ndarray:
         try:

@@ -296,11 +296,19 @@ def read_toml(path) -> Graph:
     """Parse a TOML mechanism file into a :class:`Graph` (not yet compiled)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ModelError(f"{path}: file not found") from None
+    except UnicodeDecodeError as e:
+        raise ModelError(f"{path}: not UTF-8 text (byte {e.start}): TOML files are UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ModelError(f"{path}: TOML syntax error: {e}") from None
-    return graph_from_dict(data, str(path))
+    try:
+        return graph_from_dict(data, str(path))
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        # a value of the wrong kind that no element check caught (e.g. a table where a number
+        # belongs): still a one-line ModelError naming the file, never a traceback
+        msg = " ".join(str(e).split())
+        raise ModelError(f"{path}: invalid value ({type(e).__name__}: {msg})") from None
