@@ -59,11 +59,11 @@ def _spec_without_meshes(path: Path):
         msg = str(e)
         first = msg
     if not any(w in first.lower() for w in ("mesh", "resource", "file", "texture", "hfield", "stl", "obj")):
-        raise ModelError(f"{path}: MuJoCo rejected the model: {first.strip()}") from None
+        raise ModelError(f"{path}: MuJoCo rejected the model: {' '.join(first.split())}") from None
     try:
         spec = mujoco.MjSpec.from_file(str(path))
     except Exception as e:  # noqa: BLE001 - MuJoCo raises several types
-        raise ModelError(f"{path}: MuJoCo could not parse the model: {str(e).strip()}") from None
+        raise ModelError(f"{path}: MuJoCo could not parse the model: {' '.join(str(e).split())}") from None
     # Geometry is irrelevant here: turn mesh geoms into massless spheres and delete the assets.
     # A body whose inertia MuJoCo would have computed from a missing mesh cannot be exact: warn.
     affected = set()
@@ -88,7 +88,10 @@ def _spec_without_meshes(path: Path):
     try:
         return spec.compile()
     except Exception as e:  # noqa: BLE001
-        raise ModelError(f"{path}: MuJoCo rejected the model: {first.strip()} (also without meshes: {e})") from None
+        again = " ".join(str(e).split())
+        raise ModelError(
+            f"{path}: MuJoCo rejected the model: {' '.join(first.split())} (also without meshes: {again})"
+        ) from None
 
 
 def read_mjcf(path) -> Graph:

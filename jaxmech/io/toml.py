@@ -326,4 +326,10 @@ def read_toml(path) -> Graph:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ModelError(f"{path}: TOML syntax error: {e}") from None
-    return graph_from_dict(data, str(path))
+    try:
+        return graph_from_dict(data, str(path))
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        # a value of the wrong kind that no element check caught (e.g. a table where a number
+        # belongs): still a one-line ModelError naming the file, never a traceback
+        msg = " ".join(str(e).split())
+        raise ModelError(f"{path}: invalid value ({type(e).__name__}: {msg})") from None
