@@ -260,7 +260,7 @@ def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None,
                 progress(f"{sname} {prec} batch {b}: {row.us_per_state:.3g} µs/{row.unit}", 1)
     ordered = [rows[s, p, b] for (s, p) in groups for b in batches]
     skipped = []
-    for (s, p), msg in why.items():
+    for (s, p), msg in sorted(why.items(), key=lambda kv: list(groups).index(kv[0])):
         skip = [str(r.batch) for r in ordered if (r.stage, r.precision) == (s, p) and r.skipped]
         skipped.append(f"{s} {p}: batch{'es' if len(skip) > 1 else ''} {', '.join(skip)} skipped ({msg})")
     return {

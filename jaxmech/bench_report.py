@@ -30,6 +30,8 @@ def print_report(report: dict, console: Console) -> None:
     stages = list(dict.fromkeys(r["stage"] for r in report["rows"]))
     for s in stages:
         rows = [r for r in report["rows"] if r["stage"] == s]
+        if all(r["skipped"] for r in rows):
+            continue  # said below
         unit = next((r["unit"] for r in rows if not r["skipped"]), "state")
         metrics = list(dict.fromkeys(k for r in rows for k in r["accuracy"]))
         tab = Table(title=f"{s}  (per {unit}; accuracy in float64 on the first rows)")
