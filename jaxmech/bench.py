@@ -215,6 +215,8 @@ def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None,
     bad = [w for w in opts.what if w not in STAGES] + [p for p in opts.precisions if p not in DTYPES]
     if bad:
         raise ValueError(f"unknown stage or precision {bad}: stages {STAGES}, precisions {tuple(DTYPES)}")
+    if jax.process_count() > 1 and opts.devices not in (None, jax.device_count()):
+        raise ValueError(f"--devices {opts.devices}: a multi-process run uses all {jax.device_count()} devices")
     t_start = time.perf_counter()
     budget = _Budget(opts.budget)
     mesh = sharding.batch_mesh(opts.devices)
