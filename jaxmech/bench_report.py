@@ -17,9 +17,11 @@ def _fmt(x: float, spec: str = ".3g") -> str:
 
 def header(report: dict) -> str:
     e = report["env"]
+    mp = report.get("options", {}).get("matmul_precision")
     return (
         f"{report['mechanism']}: {e['device_count']} x {e['device_kind']} ({e['platform']}), "
         f"{e['process_count']} process(es), jax {e['jax']}, wall {report['elapsed_s']:.1f} s"
+        + (f", matmul precision {mp}" if mp else "")
     )
 
 
@@ -103,12 +105,13 @@ def plot(report: dict, path: str | Path) -> Path:
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     keys = list(dict.fromkeys((r["stage"], r["precision"]) for r in report["rows"]))
+    colors = {s: f"C{i}" for i, s in enumerate(dict.fromkeys(s for s, _ in keys))}
     for s, p in keys:
         pts = [(r["batch"], r["us_per_state"]) for r in report["rows"] if (r["stage"], r["precision"]) == (s, p)]
         pts = [(b, t) for b, t in pts if t is not None and not math.isnan(t)]
         if pts:
             b, t = zip(*pts, strict=True)
-            ax.plot(b, t, marker="o", ls="-" if p == "f64" else "--", label=f"{s} {p}")
+            ax.plot(b, t, marker="o", color=colors[s], ls="-" if p == "f64" else "--", label=f"{s} {p}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("batch size (states)")
