@@ -4,9 +4,9 @@ For each stage (:mod:`jaxmech.bench_stages`), precision (float64, float32) and b
 measures, with ``jax.jit(jax.vmap(...))`` of the public function:
 
 * compile time (``lower(...).compile()``), reported apart from the run time;
-* run time: one untimed call, then the best and median of ``reps`` calls, each blocked on its
-  result (``jax.block_until_ready``), as µs per state (per state-step for ``track`` and
-  ``rollout``) and states per second;
+* run time: one untimed call, then the best and median of ``reps`` calls (fewer, at least 2,
+  when they would take more than 5 s), each blocked on its result (``jax.block_until_ready``),
+  as µs per state (per state-step for ``track`` and ``rollout``) and states per second;
 * accuracy, in float64, on the first ``bank`` rows of the output (:mod:`jaxmech.bench_stages`).
 
 The batch is sharded over a one-axis ``"batch"`` mesh of all devices (:mod:`jaxmech.sharding`) and
@@ -61,6 +61,7 @@ class BenchOptions:
     track_steps: int = 8
     rollout_steps: int = 10
     dt: float = 1e-3
+    matmul_precision: str | None = None  # jax.default_matmul_precision while compiling; None: JAX's default
 
 
 @dataclass
@@ -129,6 +130,11 @@ def _slowest(x: float) -> float:
     return float(np.max(multihost_utils.process_allgather(np.asarray(x))))
 
 
+def _reps(reps: int, per_call: float, timed_s: float = 5.0) -> int:
+    """Timed calls: ``reps``, fewer (at least 2) when they would take more than ``timed_s``."""
+    return reps if per_call * reps <= timed_s else max(2, min(reps, int(timed_s / max(per_call, 1e-9))))
+
+
 class _Budget:
     def __init__(self, seconds: float):
         self.end = time.perf_counter() + seconds
@@ -140,8 +146,9 @@ class _Budget:
 class _Group:
     """One (stage, precision): its jitted function, accuracy check and past timings for prediction."""
 
-    def __init__(self, stage: Stage, dtype, mech64: Mechanism, mesh, bank: dict, acc_fns: dict):
+    def __init__(self, stage: Stage, dtype, mech64: Mechanism, mesh, bank: dict, acc_fns: dict, matmul=None):
         self.stage, self.dtype, self.mesh, self.bank = stage, dtype, mesh, bank
+        self.matmul_precision = matmul
         self.mech = sharding.replicate(cast(mech64, dtype), mesh)
         self.fn = jax.jit(jax.vmap(stage.fn, in_axes=(None,) + (0,) * len(stage.inputs)))
         if stage.name not in acc_fns:  # float64 check, one compile per stage for both precisions
@@ -156,7 +163,7 @@ class _Group:
         if self.last is None:
             return self.compile_guess
         per_call = self.last.best_s * batch / max(self.last.padded_batch, 1)
-        return self.last.compile_s + (reps + 1) * per_call
+        return self.last.compile_s + (_reps(reps, per_call) + 1) * per_call
 
     def measure(self, batch: int, reps: int) -> tuple[Row, dict]:
         st, k = self.stage, self.bank["q"].shape[0]
@@ -164,9 +171,12 @@ class _Group:
         host = [np.resize(self.bank[n], (padded,) + self.bank[n].shape[1:]).astype(self.dtype) for n in st.inputs]
         xs = sharding.shard(host, self.mesh)
         t0 = time.perf_counter()
-        compiled = self.fn.lower(self.mech, *xs).compile()
+        with jax.default_matmul_precision(self.matmul_precision):
+            compiled = self.fn.lower(self.mech, *xs).compile()
         compile_s = _slowest(time.perf_counter() - t0)
+        t0 = time.perf_counter()
         out = jax.block_until_ready(compiled(self.mech, *xs))
+        reps = _reps(reps, time.perf_counter() - t0)
         times = []
         for _ in range(reps):
             t0 = time.perf_counter()
@@ -215,6 +225,8 @@ def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None,
     bad = [w for w in opts.what if w not in STAGES] + [p for p in opts.precisions if p not in DTYPES]
     if bad:
         raise ValueError(f"unknown stage or precision {bad}: stages {STAGES}, precisions {tuple(DTYPES)}")
+    if jax.process_count() > 1 and opts.devices not in (None, jax.device_count()):
+        raise ValueError(f"--devices {opts.devices}: a multi-process run uses all {jax.device_count()} devices")
     t_start = time.perf_counter()
     budget = _Budget(opts.budget)
     mesh = sharding.batch_mesh(opts.devices)
@@ -260,7 +272,7 @@ def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None,
                 progress(f"{sname} {prec} batch {b}: {row.us_per_state:.3g} µs/{row.unit}", 1)
     ordered = [rows[s, p, b] for (s, p) in groups for b in batches]
     skipped = []
-    for (s, p), msg in why.items():
+    for (s, p), msg in sorted(why.items(), key=lambda kv: list(groups).index(kv[0])):
         skip = [str(r.batch) for r in ordered if (r.stage, r.precision) == (s, p) and r.skipped]
         skipped.append(f"{s} {p}: batch{'es' if len(skip) > 1 else ''} {', '.join(skip)} skipped ({msg})")
     return {

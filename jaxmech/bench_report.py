@@ -17,9 +17,11 @@ def _fmt(x: float, spec: str = ".3g") -> str:
 
 def header(report: dict) -> str:
     e = report["env"]
+    mp = report.get("options", {}).get("matmul_precision")
     return (
         f"{report['mechanism']}: {e['device_count']} x {e['device_kind']} ({e['platform']}), "
         f"{e['process_count']} process(es), jax {e['jax']}, wall {report['elapsed_s']:.1f} s"
+        + (f", matmul precision {mp}" if mp else "")
     )
 
 
@@ -30,6 +32,8 @@ def print_report(report: dict, console: Console) -> None:
     stages = list(dict.fromkeys(r["stage"] for r in report["rows"]))
     for s in stages:
         rows = [r for r in report["rows"] if r["stage"] == s]
+        if all(r["skipped"] for r in rows):
+            continue  # said below
         unit = next((r["unit"] for r in rows if not r["skipped"]), "state")
         metrics = list(dict.fromkeys(k for r in rows for k in r["accuracy"]))
         tab = Table(title=f"{s}  (per {unit}; accuracy in float64 on the first rows)")
@@ -101,12 +105,13 @@ def plot(report: dict, path: str | Path) -> Path:
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     keys = list(dict.fromkeys((r["stage"], r["precision"]) for r in report["rows"]))
+    colors = {s: f"C{i}" for i, s in enumerate(dict.fromkeys(s for s, _ in keys))}
     for s, p in keys:
         pts = [(r["batch"], r["us_per_state"]) for r in report["rows"] if (r["stage"], r["precision"]) == (s, p)]
         pts = [(b, t) for b, t in pts if t is not None and not math.isnan(t)]
         if pts:
             b, t = zip(*pts, strict=True)
-            ax.plot(b, t, marker="o", ls="-" if p == "f64" else "--", label=f"{s} {p}")
+            ax.plot(b, t, marker="o", color=colors[s], ls="-" if p == "f64" else "--", label=f"{s} {p}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("batch size (states)")

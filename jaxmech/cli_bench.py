@@ -41,6 +41,11 @@ def bench(
     devices: str = typer.Option("all", help="'all' (every device of every process) or a count N"),
     budget: float = typer.Option(600.0, help="wall-clock seconds; the largest batches are skipped to fit"),
     reps: int = typer.Option(5, help="timed calls per batch (best and median reported)"),
+    matmul_precision: str = typer.Option(
+        "default",
+        help="jax.default_matmul_precision for the stages: 'default' (JAX's: TF32 for float32 on recent NVIDIA "
+        "GPUs), 'highest' (true float32), ...",
+    ),
     json: str = typer.Option(None, "--json", help="write the report as JSON here"),
     plot: str = typer.Option(None, "--plot", help="write time per state vs batch size as a PNG here"),
     outputs: str = typer.Option(None, "--outputs", help="write the float64 output heads (.npz) here"),
@@ -70,6 +75,7 @@ def bench(
         devices=ndev,
         budget=budget,
         reps=max(1, reps),
+        matmul_precision=None if matmul_precision == "default" else matmul_precision,
     )
     mech = load_or_exit(config)
     lead = jax.process_index() == 0
