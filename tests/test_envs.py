@@ -75,9 +75,11 @@ def test_evolution_strategy_runs_without_xla_flags(configs_dir, tmp_path):
     code = (
         "import jax, jax.numpy as jnp, numpy as np\n"
         "import jaxmech as jm\n"
-        f"env = jm.envs.stewart_pose_env(jm.load({str(configs_dir / 'stewart.toml')!r}), n_targets=4, horizon=6, substeps=2)\n"
-        "p, h = jm.envs.evolution_strategy(env, jm.envs.port_pd_policy, "
-        "{'log_wn': jnp.log(4.0), 'log_zeta': jnp.log(0.7)}, jax.random.PRNGKey(0), iterations=1, pairs=3, n_episodes=2)\n"
+        f"mech = jm.load({str(configs_dir / 'stewart.toml')!r})\n"
+        "env = jm.envs.stewart_pose_env(mech, n_targets=4, horizon=6, substeps=2)\n"
+        "gains = {'log_wn': jnp.log(4.0), 'log_zeta': jnp.log(0.7)}\n"
+        "p, h = jm.envs.evolution_strategy(env, jm.envs.port_pd_policy, gains, jax.random.PRNGKey(0), "
+        "iterations=1, pairs=3, n_episodes=2)\n"
         "assert np.isfinite(h['return']).all(); print('ok')\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
