@@ -46,9 +46,15 @@ def mlp_policy(obs_scale):
     return policy
 
 
-def evaluate(env, policy, params, keys):
-    R, m = jax.jit(jax.vmap(lambda k: envs.episode_return(env, policy, params, k)))(keys)
-    return float(jnp.mean(R)), float(jnp.mean(m["length"]))
+def make_evaluate(env, policy):
+    """One compiled evaluation per policy (params and keys traced): mean return and length."""
+
+    @jax.jit
+    def run(params, keys):
+        R, m = jax.vmap(lambda k: envs.episode_return(env, policy, params, k))(keys)
+        return jnp.mean(R), jnp.mean(m["length"])
+
+    return lambda params, keys: tuple(float(x) for x in run(params, keys))
 
 
 def main(argv=None):
@@ -73,14 +79,15 @@ def main(argv=None):
 
     # tuned PD baseline: a small grid over the natural frequency and damping ratio
     best = None
+    evaluate_pd = make_evaluate(env, envs.port_pd_policy)
     for wn in (4.0, 8.0, 16.0, 32.0):
         for zeta in (0.7, 1.0):
             p = {"log_wn": jnp.log(wn), "log_zeta": jnp.log(zeta)}
-            R, L = evaluate(env, envs.port_pd_policy, p, eval_keys)
+            R, L = evaluate_pd(p, eval_keys)
             if best is None or R > best[0]:
                 best = (R, L, wn, zeta)
     print(f"PD (tuned: wn={best[2]}, zeta={best[3]}): return {best[0]:.3f}, episode length {best[1]:.1f}")
-    zero_R, zero_L = evaluate(env, lambda e, p, s: jnp.zeros(e.action_size), None, eval_keys)
+    zero_R, zero_L = make_evaluate(env, lambda e, p, s: jnp.zeros(e.action_size))(None, eval_keys)
     print(f"zero action: return {zero_R:.3f}, episode length {zero_L:.1f}")
 
     policy = mlp_policy(obs_scale)
@@ -98,7 +105,7 @@ def main(argv=None):
         n_episodes=args.episodes,
         callback=log,
     )
-    R, L = evaluate(env, policy, params, eval_keys)
+    R, L = make_evaluate(env, policy)(params, eval_keys)
     print(f"MLP after {args.iterations} ES updates: return {R:.3f}, episode length {L:.1f} (16 held-out episodes)")
     wall = time.perf_counter() - t0
 

@@ -109,12 +109,15 @@ def _scale_translations(X, s):
     return X.at[..., :3, 3].multiply(s[..., None])
 
 
-def randomize_mechanism(mech: Mechanism, key, mass=(0.8, 1.2), friction=(0.5, 2.0), length=(0.99, 1.01)) -> Mechanism:
+def randomize_mechanism(
+    mech: Mechanism, key, mass=(0.8, 1.2), friction=(0.5, 2.0), length=(0.99, 1.01), viscous=(0.0, 0.0)
+) -> Mechanism:
     """A randomized copy of ``mech`` (pure; vmap over keys): each body's mass and inertia scaled
-    by one factor ``U(mass)``, each joint's viscous damping by ``U(friction)``, and each body's
+    by one factor ``U(mass)``, each joint's viscous damping scaled by ``U(friction)`` plus
+    ``U(viscous)`` (N s/m or N m s/rad; a model without damping needs this one), and each body's
     geometry (COM, joint placements in it, its frames and cut frames) by ``U(length)``. The
     closure of the bank configurations is restored by :func:`randomize`."""
-    k1, k2, k3 = jax.random.split(key, 3)
+    k1, k2, k3, k4 = jax.random.split(key, 4)
     nb, dt = mech.nb, mech.mass.dtype
     sm = jax.random.uniform(k1, (nb,), dt, *mass)
     sf = jax.random.uniform(k2, mech.damping.shape, dt, *friction)
@@ -140,7 +143,7 @@ def randomize_mechanism(mech: Mechanism, key, mass=(0.8, 1.2), friction=(0.5, 2.
         (
             mech.mass * sm,
             mech.inertia * sm[:, None, None],
-            mech.damping * sf,
+            mech.damping * sf + jax.random.uniform(k4, mech.damping.shape, dt, *viscous),
             mech.com * sl[:, None],
             _scale_translations(mech.X_parent, sl_ext[par]),
             _scale_translations(mech.X_child_inv, sl),
@@ -151,7 +154,7 @@ def randomize_mechanism(mech: Mechanism, key, mass=(0.8, 1.2), friction=(0.5, 2.
     )
 
 
-def randomize(env, key, mass=(0.8, 1.2), friction=(0.5, 2.0), length=(0.99, 1.01)):
+def randomize(env, key, mass=(0.8, 1.2), friction=(0.5, 2.0), length=(0.99, 1.01), viscous=(0.0, 0.0)):
     """A randomized copy of a :class:`~jaxmech.envs.TrackingEnv` (pure; vmap over keys): the model
     from :func:`randomize_mechanism`, the bank re-closed on it (Gauss-Newton projection), and the
     targets (frame poses, port values), the action scale and the limit springs recomputed, so the
@@ -159,7 +162,7 @@ def randomize(env, key, mass=(0.8, 1.2), friction=(0.5, 2.0), length=(0.99, 1.01
     is kept)."""
     from .envs import env_tables
 
-    mech = randomize_mechanism(env.mech, key, mass, friction, length)
+    mech = randomize_mechanism(env.mech, key, mass, friction, length, viscous)
     bank, poses, pv, scale, lk, lc = env_tables(
         mech, env.q_bank, env.frame, env.port_index, env.port_accel, env.limit_frequency, project_iters=6
     )

@@ -348,7 +348,7 @@ def excavator_tip_env(mech: Mechanism, **kw) -> TrackingEnv:
 def port_pd_policy(env: TrackingEnv, params: dict, state: EnvState) -> jnp.ndarray:
     """PD in port space with gravity compensation, as a normalized action (na,):
     ``f = E_p^T g(q) + Lambda_p (wn^2 (p* - p) - 2 zeta wn pdot)``, ``Lambda_p = E_p^T M E_p``,
-    ``a = f / action_scale``; ``wn = exp(params["log_wn"])`` (rad/s),
+    ``a = clip(f / action_scale, -1, 1)``; ``wn = exp(params["log_wn"])`` (rad/s),
     ``zeta = exp(params["log_zeta"])``."""
     mech, q, v = env.mech, state.sim.q, state.sim.v
     idx = np.asarray(env.port_index)
@@ -358,7 +358,7 @@ def port_pd_policy(env: TrackingEnv, params: dict, state: EnvState) -> jnp.ndarr
     pd = (port_jacobian(mech, q) @ v)[idx]
     wn, zeta = jnp.exp(params["log_wn"]), jnp.exp(params["log_zeta"])
     acc = wn**2 * (state.info["target_ports"] - p) - 2.0 * zeta * wn * pd
-    return (Ep.T @ gravity_torques(mech, q) + lam @ acc) / env.action_scale
+    return jnp.clip((Ep.T @ gravity_torques(mech, q) + lam @ acc) / env.action_scale, -1.0, 1.0)  # saturates
 
 
 def episode_return(env: TrackingEnv, policy: Callable, params, key, n_steps: int | None = None):

@@ -23,6 +23,22 @@ from .mechanism import Mechanism
 
 
 @eqx.filter_jit
+def _project(mech, Q, V, A):
+    """Minimum-norm projections onto the closure: q by Gauss-Newton, then ``C v = 0`` and
+    ``C a + gamma = 0`` (least squares; rank-deficient rows allowed)."""
+    from .simulate import project_position
+
+    def one(q, v, a):
+        q = project_position(mech, q, 4)
+        C = closure_jacobian(mech, q)
+        v = v - jnp.linalg.lstsq(C, C @ v, rcond=1e-10)[0]
+        a = a - jnp.linalg.lstsq(C, C @ a + closure_bias(mech, q, v), rcond=1e-10)[0]
+        return q, v, a
+
+    return jax.vmap(one)(Q, V, A)
+
+
+@eqx.filter_jit
 def _lifts(mech, Q, V, A):
     from .sysid import port_lift
 
@@ -60,6 +76,7 @@ def from_measurements(
     effort_kind: str = "auto",
     closure_tol: float = 1e-6,
     velocity_tol: float = 1e-6,
+    project: bool = False,
 ):
     """A :class:`~jaxmech.sysid.Dataset` from measured ``q`` (N, nq), ``v`` (N, nv) and ``a``
     (N, nv) and ``effort``: port efforts (N, np) (or (N,) with one port; N or N m) or generalized
@@ -69,7 +86,10 @@ def from_measurements(
 
     Raises :class:`jaxmech.ModelError` when a shape is wrong, a value is not finite, a sample's
     closure residual exceeds ``closure_tol`` (m / rad) or its ``|C v|`` exceeds
-    ``velocity_tol (1 + |v|_inf)`` (the velocities do not respect the loops)."""
+    ``velocity_tol (1 + |v|_inf)`` (the velocities do not respect the loops). ``project=True``
+    (data from a simulator with soft constraints, or noisy sensors) first projects each sample
+    onto the closure (``q`` by Gauss-Newton, ``v`` and ``a`` by minimum-norm corrections); the
+    tolerances then bound the size of those corrections instead."""
     from .sysid import Dataset
 
     t = mech.topo
@@ -102,8 +122,11 @@ def from_measurements(
     e = _check(mech, "effort", e, want)
     dtype = mech.mass.dtype
     Q, V, A = (jnp.asarray(x, dtype) for x in (q, v, a))
+    if project:
+        _, rc0, cv0, _ = _lifts(mech, Q, V, A)
+        Q, V, A = _project(mech, Q, V, A)
     Ep, rc, cv, _ = _lifts(mech, Q, V, A)
-    rc, cv = np.asarray(rc), np.asarray(cv)
+    rc, cv = (np.asarray(rc0), np.asarray(cv0)) if project else (np.asarray(rc), np.asarray(cv))
     if np.any(~(rc <= closure_tol)):
         i = int(np.argmax(np.where(np.isfinite(rc), rc, np.inf)))
         raise ModelError(

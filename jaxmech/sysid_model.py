@@ -128,9 +128,18 @@ def _joint_columns(mech: Mechanism, joints: dict):
 @eqx.filter_jit
 def _regress(mech, D, q, v, a, Ep):
     """Efforts (N, np) of the model and their derivatives (N, np, p) along the directions D."""
-    from .sysid import _with_phi, port_inverse_dynamics
+    from .sysid import port_inverse_dynamics
 
     phi0 = jax.vmap(standard_parameters)(mech.mass, mech.com, mech.inertia)
+
+    def _with_phi(mech, phi):  # massless bodies (COM undefined) stay as they are
+        m, h = phi[:, 0], phi[:, 1:4]
+        safe = jnp.where(m > 0, m, 1.0)
+        c = jnp.where((m > 0)[:, None], h / safe[:, None], mech.com)
+        xx, yy, zz, xy, xz, yz = (phi[:, k] for k in range(4, 10))
+        Ib = jnp.stack([jnp.stack([xx, xy, xz], -1), jnp.stack([xy, yy, yz], -1), jnp.stack([xz, yz, zz], -1)], -2)
+        cc = jnp.einsum("bi,bi->b", c, c)[:, None, None] * jnp.eye(3, dtype=phi.dtype) - jnp.einsum("bi,bj->bij", c, c)
+        return eqx.tree_at(lambda k: (k.mass, k.com, k.inertia), mech, (m, c, Ib - m[:, None, None] * cc))
 
     def one(q, v, a, E):
         f = lambda z: port_inverse_dynamics(_with_phi(mech, phi0 + jnp.tensordot(z, D, 1)), q, v, a, E)  # noqa: E731

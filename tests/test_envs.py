@@ -61,3 +61,28 @@ def test_excavator_env_pd(configs_dir):
     s0 = env.reset(jax.random.PRNGKey(0))
     assert float(m["final_error"]) < float(s0.metrics["task_error"])
     assert float(m["max_closure_gap"]) < 1e-8
+
+
+@pytest.mark.slow
+def test_evolution_strategy_runs_without_xla_flags(configs_dir, tmp_path):
+    """The ES helper in a fresh process with no XLA flags (it used to fail the HLO verifier
+    unless --xla_cpu_use_fusion_emitters=false was set)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import jax, jax.numpy as jnp, numpy as np\n"
+        "import jaxmech as jm\n"
+        f"mech = jm.load({str(configs_dir / 'stewart.toml')!r})\n"
+        "env = jm.envs.stewart_pose_env(mech, n_targets=4, horizon=6, substeps=2)\n"
+        "gains = {'log_wn': jnp.log(4.0), 'log_zeta': jnp.log(0.7)}\n"
+        "p, h = jm.envs.evolution_strategy(env, jm.envs.port_pd_policy, gains, jax.random.PRNGKey(0), "
+        "iterations=1, pairs=3, n_episodes=2)\n"
+        "assert np.isfinite(h['return']).all(); print('ok')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
