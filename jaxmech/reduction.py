@@ -36,7 +36,7 @@ from . import lie, rank
 from .closure import closure_jacobian
 from .curvature import closure_bias
 from .graph import WORLD, Graph, pose
-from .kinematics import forward_kinematics, frame_jacobian, frame_pose, motion_columns
+from .kinpass import forward_kinematics, frame_jacobian, frame_pose, motion_columns
 from .mechanism import Mechanism
 
 #: Status codes of :class:`TangentMap` (and their messages).

@@ -76,7 +76,7 @@ def export_mjcf(
     parallel, e.g. a four-bar). ``comment``: text put at the top of the file."""
     if revolute_cut not in ("two_connects", "connect"):
         raise ValueError(f"revolute_cut must be 'two_connects' or 'connect', got {revolute_cut!r}")
-    from ..kinematics import local_transforms
+    from ..kinpass import local_transforms
 
     t = mech.topo
     nb = len(t.body_names)
@@ -202,7 +202,7 @@ def export_mjcf(
             sp = ET.SubElement(tendon, "spatial", name=nm)
             ET.SubElement(sp, "site", site=f"{nm}__a")
             ET.SubElement(sp, "site", site=f"{nm}__b")
-            from ..kinematics import forward_kinematics
+            from ..kinpass import forward_kinematics
 
             Tw = np.array(forward_kinematics(mech, qr))
             pa = (Tw[a] if a >= 0 else np.eye(4)) @ A
