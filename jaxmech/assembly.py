@@ -51,7 +51,7 @@ import numpy as np
 
 from . import lie
 from .closure import _group_terms, _rows, closure_residual, closure_residual_and_jacobian
-from .kinematics import difference, integrate, joint_columns, joint_values, local_transforms_ext
+from .kinpass import difference, integrate, joint_columns, joint_values, local_transforms_ext
 from .mechanism import Mechanism
 from .rank import numerical_rank, rcond, select_rows
 
@@ -557,7 +557,7 @@ def _prechecks(mech, part, q_in, finite_in, J0, opts):
 
 
 def _assemble_impl(mech: Mechanism, q_guess, part: Partition, opts: AssemblyOptions) -> AssemblyResult:
-    from .kinematics import normalize
+    from .kinpass import normalize
 
     m = jax.lax.stop_gradient(mech)
     dt = jnp.result_type(q_guess.dtype, mech.q0.dtype)

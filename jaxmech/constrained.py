@@ -49,7 +49,7 @@ import numpy as np
 
 from . import linalg
 from .curvature import closure_terms_world
-from .dynamics import _rnea, _World
+from .dynamics import _rnea, _World, kinematics
 from .mechanism import Mechanism
 from .rank import select_rows_ranked
 
@@ -243,7 +243,7 @@ def forward_dynamics(
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
     # one world-frame kinematics pass shared by M, h, C and gamma (jaxmech.dynamics._World)
-    w = _World(mech, q)
+    w = _World(mech, kin=kinematics(mech, q, v))
     V, Ab = w.motion(v)
     M = w.mass_matrix() + jnp.diag(mech.armature.astype(dt))
     h = _rnea(mech, w, q, v, None, f_ext, f_ext_reference, motion=(V, Ab))

@@ -37,7 +37,7 @@ from .closure import closure_jacobian
 from .curvature import closure_bias
 from .graph import WORLD, Graph, pose
 from .independent import choose_independent, coordinate_names, mobility
-from .kinematics import forward_kinematics, frame_jacobian, frame_pose, motion_columns
+from .kinpass import forward_kinematics, frame_jacobian, frame_pose, motion_columns
 from .mechanism import Mechanism
 
 #: Status codes of :class:`TangentMap` (and their messages).

@@ -165,7 +165,7 @@ def export_mjcf(
     parallel, e.g. a four-bar). ``comment``: text put at the top of the file."""
     if revolute_cut not in ("two_connects", "connect"):
         raise ValueError(f"revolute_cut must be 'two_connects' or 'connect', got {revolute_cut!r}")
-    from ..kinematics import local_transforms
+    from ..kinpass import local_transforms
 
     t = mech.topo
     nb = len(t.body_names)
@@ -246,7 +246,7 @@ def export_mjcf(
     def site(body, nm, T):
         ET.SubElement(elems[int(body)], "site", name=nm, pos=_s(T[:3, 3]), quat=_s(_quat(T[:3, :3])))
 
-    from ..kinematics import forward_kinematics
+    from ..kinpass import forward_kinematics
 
     Tw = np.array(forward_kinematics(mech, qr))
     for li, (nm, typ) in enumerate(zip(t.loop_names, t.loop_types, strict=True)):
