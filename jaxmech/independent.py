@@ -62,11 +62,13 @@ def coordinate_names(mech: Mechanism) -> tuple[str, ...]:
 
 def coordinate_tiers(mech: Mechanism) -> np.ndarray:
     """Static preference tier of every velocity coordinate (nv,) int: ``PASSIVE`` (in some
-    closure row, not actuated), ``ACTUATED``, or ``FREE`` (no closure row touches it)."""
+    closure row, not actuated), ``ACTUATED`` (an actuated joint or the joint of a joint port), or
+    ``FREE`` (no closure row touches it)."""
     t = mech.topo
     tier = np.full(t.nv, FREE, dtype=int)
     tier[np.asarray(t.touched_v, dtype=int)] = PASSIVE
-    act = np.asarray(t.actuated_v, dtype=int)
+    pv = np.asarray(t.port_v, dtype=int).ravel()
+    act = np.unique(np.concatenate([np.asarray(t.actuated_v, dtype=int), pv[pv >= 0]]))
     tier[act] = np.where(tier[act] == PASSIVE, ACTUATED, FREE)
     return tier
 

@@ -107,6 +107,10 @@ def _solve_block(C, I, D, nD: int, extra=None, rcond_tol: float = 1e-10):
     return rows, rc, X
 
 
+def _concrete_model(mech: Mechanism) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(mech))
+
+
 def _nonzero_sorted(mask, size):
     return jnp.nonzero(mask, size=size, fill_value=0)[0].astype(jnp.int32)
 
@@ -119,7 +123,7 @@ def _choose(mech: Mechanism, q, C, independent, d):
         I, D, rc_sel, d = choose_independent(mech, C, d)
         return I, D, d, rc_sel
     if isinstance(independent, str) and independent == "auto":
-        if d is None:
+        if d is None and isinstance(q, jax.core.Tracer) and _concrete_model(mech):
             d = mobility(mech)
         if d is None:
             if isinstance(q, jax.core.Tracer):
@@ -160,8 +164,8 @@ def tangent_map_status(
     :func:`jaxmech.independent.mobility`; the choice is ``result.independent``, named by
     :func:`independent_names`), a list of joint names / ``'joint:k'`` / velocity indices (see
     ``mech.v_indices``), ``"auto"`` (column-pivoted QR of ``C`` picks the best-conditioned
-    dependent set; the mobility ``d`` must be static: pass ``d=`` under jit/vmap, otherwise it is
-    computed concretely from ``q`` by SVD rank), or ``"ports"`` (see :func:`port_tangent_map`).
+    dependent set; ``d``: the SVD rank at a concrete ``q``, :func:`jaxmech.independent.mobility`
+    of a concrete model under jit/vmap, else pass ``d=``), or ``"ports"`` (see :func:`port_tangent_map`).
     ``status`` is ``SINGULAR`` when the selected block's rcond < ``rcond_tol`` and
     ``INCONSISTENT`` when ``|C E|_inf > tol * max(1, |C|_inf |E|_inf)``."""
     if isinstance(independent, str) and independent == "ports":

@@ -319,10 +319,12 @@ def random_closed_configurations(mech: Mechanism, key, n: int, spread: float = 0
     along the mobility (``E`` = ``jm.tangent_map`` at q0, each speed ``u`` uniform in
     +-``spread``) followed by :func:`project_position`. Row 0 is the projected q0 itself. For
     environment targets, system-identification data and benchmarks (cheap: no homotopy)."""
-    from .reduction import tangent_map
+    from .reduction import tangent_map_status
 
     q0 = project_position(mech, mech.q0, 8)
-    E = tangent_map(mech, q0)
+    # the default independent set is valid even under redundant actuation; the status variant
+    # because the moves are projected onto the closure anyway (no raise inside a jitted sampler)
+    E = tangent_map_status(mech, q0).E
     u = jax.random.uniform(key, (n - 1, E.shape[1]), q0.dtype, -spread, spread)
     moved = jax.vmap(lambda uu: project_position(mech, integrate(mech, q0, E @ uu), iters))(u)
     return jnp.concatenate([q0[None], moved], 0)

@@ -28,9 +28,9 @@ def fk_res(mech, q):
 
 
 def _n_equalities(mech) -> int:
-    """What export_mjcf writes: one equality per point/weld/universal/distance loop, two per
-    revolute cut, one per coupling."""
-    return sum(2 if t == "revolute" else 1 for t in mech.topo.loop_types) + len(mech.topo.coupling_names)
+    """What export_mjcf writes: one equality per point/weld/distance loop, two per revolute cut and
+    per universal cut (connect + tendon twist row), one per coupling."""
+    return sum(2 if t in ("revolute", "universal") else 1 for t in mech.topo.loop_types) + len(mech.topo.coupling_names)
 
 
 @pytest.mark.parametrize(

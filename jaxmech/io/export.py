@@ -80,8 +80,8 @@ def _merged_into_child(mech) -> set[int]:
     """Massless moving bodies merged into their only child: their joints go into the child's
     MuJoCo body, before the child's own (MuJoCo composes the joints of a body in order), so a
     universal joint written as two hinges through a massless body exports as two hinges in one
-    body. A body qualifies when its mass is 0, it has exactly one child, nothing attaches to it and
-    neither it nor the child has a free or spherical joint."""
+    body. A body qualifies when its mass is 0, its joint moves (not fixed), it has exactly one
+    child, nothing attaches to it and neither it nor the child has a free or spherical joint."""
     t = mech.topo
     nb = len(t.body_names)
     mass = np.asarray(mech.mass, dtype=float)
@@ -91,7 +91,9 @@ def _merged_into_child(mech) -> set[int]:
     out = set()
     for i in range(nb):
         ks = kids[i]
-        if mass[i] > 0 or len(ks) != 1 or i in att or t.joint_types[i] in bad or t.joint_types[ks[0]] in bad:
+        if mass[i] > 0 or t.joint_types[i] == "fixed" or len(ks) != 1 or i in att:
+            continue  # a massless welded body is fine in MuJoCo
+        if t.joint_types[i] in bad or t.joint_types[ks[0]] in bad:
             continue
         out.add(i)
     return out
