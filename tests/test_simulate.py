@@ -31,7 +31,7 @@ def passive_rollout(stewart):
     """Two passive Stewart rollouts (no leg forces, no damping) from perturbed closed states."""
     mech = stewart
     Q = sim.random_closed_configurations(mech, jax.random.PRNGKey(0), 2, 0.05)
-    E = jax.vmap(lambda q: jm.tangent_map(mech, q))(Q)
+    E = jax.jit(jax.vmap(jm.tangent_map, (None, 0)))(mech, Q)
     u = 0.2 * jax.random.normal(jax.random.PRNGKey(1), (2, E.shape[-1]))
     V = jnp.einsum("bij,bj->bi", E, u)
     U = jnp.zeros((2, N_STEPS, sim.control_size(mech)))
