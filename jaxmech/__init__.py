@@ -2,7 +2,7 @@
 
 Compile a mechanism graph once; then jitted, vmapped, differentiable functions give closure
 residuals with analytic Jacobians, assembly, velocity/acceleration reduction, actuator port maps
-and constrained dynamics. See DESIGN.md for conventions (angular-first twists, wxyz quaternions).
+and constrained dynamics. See docs/design.md for conventions (angular-first twists, wxyz quaternions).
 """
 
 from . import _xla

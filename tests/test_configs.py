@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _shared import load as shared_load
 
 import jaxmech as jm
 
@@ -35,13 +36,10 @@ DOF = {
     "stewart_graph.toml": 6,
 }
 
-_CACHE: dict[str, jm.Mechanism] = {}
-
 
 def load(name: str) -> jm.Mechanism:
-    if name not in _CACHE:
-        _CACHE[name] = jm.load(CONFIGS / name)
-    return _CACHE[name]
+    """The session's copy of configs/<name> (tests/_shared.py: shared by every test module)."""
+    return shared_load(name.removesuffix(".toml"))
 
 
 _RJ: dict[str, object] = {}

@@ -4,6 +4,7 @@ exported tree), C and gamma from Pinocchio frame Jacobians and accelerations of 
 (``tests/_pinref.py``, checked row by row in test_reference_rows.py), and a float64 null-space
 solve of the KKT system (redundant revolute rows included: the planar loops have rank 2 of 5)."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,3 +50,23 @@ def test_revolute_cut_dynamics_vs_pinocchio(name, spread):
         assert np.abs(np.asarray(proj.a[i]) - a_ref).max() <= 1e-10 * scale, name
         C, g = ref.jacobian_and_bias(Q[i], V[i])
         assert np.abs(C @ a_ref + g).max() <= 1e-10 * max(1.0, scale)  # the reference closes too
+
+
+class TestWithAndWithoutJit(chex.TestCase):
+    """Closure Jacobian and curvature of the four-bar (a revolute cut), traced (jit) and op by op
+    (no jit), against the Pinocchio reference rows, with per-quantity tolerances."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_four_bar_rows(self):
+        mech = load("four_bar")
+        ref = PinReference(mech)
+        q = jm.random_configuration(mech, jax.random.PRNGKey(4))
+        v = jax.random.normal(jax.random.PRNGKey(5), (mech.nv,))
+
+        def rows(mech, q, v):
+            return {"C": jm.closure_jacobian(mech, q), "gamma": jm.closure_bias(mech, q, v)}
+
+        got = self.variant(rows)(mech, q, v)
+        C, g = ref.jacobian_and_bias(np.asarray(q), np.asarray(v))
+        tol = {"C": 1e-12, "gamma": 1e-11 * max(1.0, np.abs(g).max())}
+        jax.tree.map(lambda x, y, t: chex.assert_trees_all_close(x, y, atol=t, rtol=0), got, {"C": C, "gamma": g}, tol)
