@@ -5,7 +5,7 @@ size, interleaved (A B C A B C ...) so machine load hits them alike, and reports
 median per-state time, the compile time and the size of the optimized HLO. Run pinned to one
 core for stable numbers:
 
-    PYTHONPATH=. taskset -c 0 .venv/bin/python benchmarks/profile_fd.py [--batches 1,64,1024,4096] [--reps 7]  (see PROFILE.md)
+    PYTHONPATH=. taskset -c 0 .venv/bin/python benchmarks/profile_fd.py [--batches 1,64,1024,4096] [--reps 7]
 
 Measured (Stewart, float64, one core of the shared 2-core CI machine, benchmarks/dynamics.py,
 best of 5; Pinocchio 4.1 ``constraintDynamics`` 13.5-14.6 us/state in the same runs):
