@@ -5,7 +5,7 @@ size, interleaved (A B C A B C ...) so machine load hits them alike, and reports
 median per-state time, the compile time and the size of the optimized HLO. Run pinned to one
 core for stable numbers:
 
-    taskset -c 0 .venv/bin/python benchmarks/profile_fd.py [--batch 1024] [--reps 7] [--only fd,crba]
+    PYTHONPATH=. taskset -c 0 .venv/bin/python benchmarks/profile_fd.py [--batches 1,64,1024,4096] [--reps 7]
 
 Measured (Stewart, float64, one core of the shared 2-core CI machine, benchmarks/dynamics.py,
 best of 5; Pinocchio 4.1 ``constraintDynamics`` 13.5-14.6 us/state in the same runs):
@@ -50,12 +50,11 @@ def components(mech):
     from jaxmech.dynamics import _rnea, _World
 
     def kin(q, v, t):
-        w = _World(mech, q)
-        return w.R, w.p, w.cols
+        k = jm.kinematics(mech, q)
+        return k.R, k.p, k.cols
 
     def kin_v(q, v, t):
-        w = _World(mech, q)
-        return w.motion(v)
+        return jm.kinematics(mech, q, v)
 
     def crows(q, v, t):
         w = _World(mech, q)
@@ -109,12 +108,17 @@ def kkt_only(mech, Q, V, T):
     M, C, g, b = jax.jit(jax.vmap(pre))(Q, V, T)
 
     def solve(M, C, g, b):
-        from jaxmech.constrained import _kkt_solve
+        from jaxmech.constrained import _kkt_dense
 
         rows = _Rows(C, g, jnp.ones(C.shape[0], M.dtype), 1e-9)
-        return _kkt_solve(M, rows, b)
+        return _kkt_dense(M, rows, b)
 
-    return solve, (M, C, g, b)
+    def solve_blocks(M, C, g, b):
+        from jaxmech.constrained import _kkt_solve
+
+        return _kkt_solve(mech, M, C, g, jnp.ones(C.shape[0], M.dtype), b, 1e-9)[0]
+
+    return solve, solve_blocks, (M, C, g, b)
 
 
 def states(mech, n, seed=0):
@@ -162,8 +166,9 @@ def main():
         fns, args_of, info = {}, {}, {}
         items = [(k, f, (Q, V, T)) for k, f in comps.items()]
         if not args.only or "kkt_solve" in args.only:
-            solve, kargs = kkt_only(mech, Q, V, T)
-            items.append(("kkt_solve", solve, kargs))
+            solve, solve_blocks, kargs = kkt_only(mech, Q, V, T)
+            items.append(("kkt_solve(+rank, LAPACK)", solve, kargs))
+            items.append(("kkt_blocks(+rank, unrolled)", solve_blocks, kargs))
         for k, f, a in items:
             t0 = time.perf_counter()
             compiled = jax.jit(jax.vmap(f)).lower(*a).compile()

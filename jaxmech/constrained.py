@@ -26,6 +26,9 @@ Forward dynamics, two forms that agree to round-off:
 * ``method="kkt"``: Cholesky ``M = L L^T``, one forward substitution ``Z = L^-1 [tau - h, C_s^T]``,
   Schur complement ``K = C_s M^-1 C_s^T = Z_C^T Z_C`` (Cholesky), then
   ``lambda_s = K^-1 (-gamma_s - C_s M^-1 (tau - h))``, ``a = M^-1 (tau - h + C_s^T lambda_s)``.
+* ``method="kkt_blocks"``: the same equations per independent component of blocks of ``M`` (one
+  block per subtree of the world) and closure rows, with the unrolled, LAPACK-free routines of
+  :mod:`jaxmech.linalg` (rows chosen by pivoted Gram-Schmidt); cost linear in independent loops.
 * ``method="projected"``: ``(E^T M E) udot = E^T (tau - h - M a_gamma)``, ``a = E udot + a_gamma``,
   with ``E`` a basis of ``null(C)`` and ``C a_gamma = -gamma``. Default ``E``: the orthogonal
   projector ``P = I - C_s^T (C_s C_s^T)^-1 C_s = E E^T`` (solve ``(P M P + I - P) x = P b``; valid
@@ -155,6 +158,19 @@ def _cho_solve(L, b):
     return jax.scipy.linalg.cho_solve((L, True), b)
 
 
+def _kkt_dense(M, rows: _Rows, b):
+    """``(a, lambda_s)`` on the selected rows with LAPACK: Cholesky ``M = L L^T``, one forward
+    substitution ``Z = L^-1 [b, C_s^T]``, ``K = Z_C^T Z_C``, ``a = L^-T (z_b + Z_C lambda_s)``."""
+    L = jnp.linalg.cholesky(M)
+    if rows.k == 0:
+        return _cho_solve(L, b), jnp.zeros(0, M.dtype)
+    Z = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), lower=True)
+    zb, ZC = Z[:, 0], Z[:, 1:]
+    K = ZC.T @ ZC + rows.pad
+    lam_s = _cho_solve(jnp.linalg.cholesky(K), -rows.gs - ZC.T @ zb)
+    return jax.scipy.linalg.solve_triangular(L, zb + ZC @ lam_s, lower=True, trans="T"), lam_s
+
+
 def block_structure(mech: Mechanism) -> linalg.BlockKKT:
     """The static :class:`jaxmech.linalg.BlockKKT` of ``mech`` (built once per topology)."""
     topo = mech.topo
@@ -234,12 +250,12 @@ def forward_dynamics(
     ``q`` (nq,), ``v`` (nv,) (should satisfy ``C v = 0``), ``tau`` (nv,) generalized forces
     (joint units; add actuator efforts with ``jm.port_effort``), ``f_ext`` external wrenches (see
     :func:`jaxmech.dynamics.external_wrenches`), ``support`` an optional row / loop mask,
-    ``method`` ``"kkt"`` or ``"projected"``, ``E`` an optional null-space basis (nv, d) for the
+    ``method`` ``"kkt"``, ``"kkt_blocks"`` or ``"projected"``, ``E`` an optional null-space basis (nv, d) for the
     projected form (it must match the active rows), ``rtol`` the relative rank cutoff (1e-9 in
     float64, 1e-4 in float32). Returns :class:`ConstrainedDynamics`. A tree (no rows) gives the
     unconstrained ``M^-1 (tau - h)``."""
-    if method not in ("kkt", "projected"):
-        raise ValueError(f"method must be 'kkt' or 'projected', got {method!r}")
+    if method not in ("kkt", "kkt_blocks", "projected"):
+        raise ValueError(f"method must be 'kkt', 'kkt_blocks' or 'projected', got {method!r}")
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
     # one world-frame kinematics pass shared by M, h, C and gamma (jaxmech.dynamics._World)
@@ -250,10 +266,13 @@ def forward_dynamics(
     b = tau - h
     C, gamma = closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
     mask = _row_mask(mech, support, dt)
-    if method == "kkt":
+    if method == "kkt_blocks":
         a, lam, rank = _kkt_solve(mech, M, C, gamma, mask, b, rtol)
         return _finish(None, C * mask[:, None], gamma * mask, a, lam, rank)
     rows = _Rows(C, gamma, mask, rtol)
+    if method == "kkt":
+        a, lam_s = _kkt_dense(M, rows, b)
+        return _finish(rows, rows.C, rows.gamma, a, rows.scatter(lam_s) if rows.k else jnp.zeros(rows.s, dt))
     # projected
     G = rows.Cs @ rows.Cs.T + rows.pad  # Gram of the selected rows
     Lg = jnp.linalg.cholesky(G) if rows.k else None

@@ -104,8 +104,18 @@ def local_poses(mech: Mechanism, q: jnp.ndarray):
 
 
 def local_transforms(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
-    """Parent-to-child transforms of all moving bodies, (nb, 4, 4)."""
-    return lie.make_pose(*local_poses(mech, q))
+    """Parent-to-child transforms of all moving bodies, (nb, 4, 4).
+
+    Kept as matrix products (not :func:`local_poses`): the cycle-local closure rows are built on
+    it, and tests require a subset of loops to reproduce the full evaluation bit for bit, which
+    elementwise code does not guarantee across programs (XLA may contract it into FMAs
+    differently in each fusion)."""
+    pos, quat, th1, th2, d = joint_values(mech, q)
+    R12 = lie.rot_axis(mech.axis1, th1) @ lie.rot_axis(mech.axis2, th2)
+    Rq = lie.quat_to_matrix(quat)
+    td = mech.axis_t * d[:, None]
+    M = lie.make_pose(Rq @ R12, pos + jnp.einsum("nij,nj->ni", Rq @ R12, td))
+    return mech.X_parent @ M @ mech.X_child_inv
 
 
 def _levels(mech: Mechanism):

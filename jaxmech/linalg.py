@@ -10,6 +10,12 @@ dimensions are batch dimensions: ``A`` (..., n, n).
   LAPACK's ``potrf`` under JAX);
 * :func:`solve_lower`, :func:`solve_lower_t` -- ``L X = B`` and ``L^T X = B``;
 * :func:`cho_solve` -- ``A x = b`` from the factor;
+Measured on XLA's CPU backend (Stewart, 256 states, one process): the unrolled form is *not*
+faster than the per-state LAPACK calls at these sizes (the 18-step pivoted row selection alone
+25 us/state against 19 us/state for the whole LAPACK KKT solve; a 24 x 24 unrolled Cholesky
+compiles in ~10 s), so :func:`jaxmech.forward_dynamics` uses it only with
+``method="kkt_blocks"``, whose cost grows linearly with independent loops.
+
 * :func:`pivoted_rows` -- rank-revealing row order of ``A`` (s, n): modified Gram-Schmidt with
   the largest remaining row norm first, i.e. the column-pivoted QR of ``A^T`` (LAPACK ``geqp3``
   makes the same choices up to rounding) with the ``|R_tt|`` it produces.
