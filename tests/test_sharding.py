@@ -74,6 +74,11 @@ assert jax.device_count() == 4, jax.devices()
 mech = jm.load("configs/five_bar.toml")
 bank = make_bank(mech, 8, track_steps=2)
 mesh = jm.sharding.batch_mesh()
+try:
+    jm.shard({"q": np.zeros((6, 2))})
+    raise AssertionError("6 states over 4 devices must be refused")
+except ValueError as e:
+    assert "does not split evenly over 4 devices" in str(e), e
 
 def fd(m, q, v, tau):
     return jm.forward_dynamics(m, q, v, tau).a
