@@ -32,7 +32,7 @@ from .assembly import assemble, partition
 from .closure import closure_jacobian, closure_jacobian_autodiff, closure_residual, closure_residual_and_jacobian
 from .constrained import forward_dynamics
 from .curvature import closure_bias
-from .kinematics import forward_kinematics, integrate
+from .kinpass import forward_kinematics, integrate
 from .mechanism import Mechanism
 from .simulate import SimState, control_size, project_position, rollout
 from .tracking import active_q_indices, track

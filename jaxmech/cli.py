@@ -8,7 +8,6 @@ Sub-commands live next to the code they drive and register themselves on :data:`
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from pathlib import Path
 
@@ -153,7 +152,6 @@ for _mod in ("cli_assembly", "cli_demo", "cli_bench"):
 
 
 def main() -> None:
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
     app(prog_name="jaxmech")
 
 
