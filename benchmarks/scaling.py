@@ -33,8 +33,8 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     counts = [int(x) for x in a.devices.split(",")]
     if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-        flags = os.environ.get("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={max(counts)}"
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={max(counts)}".strip()
     import jax
     import numpy as np
 
