@@ -141,7 +141,7 @@ def _bench(args: list[str], n_devices: int, log: Path) -> subprocess.Popen:
 @pytest.mark.slow
 def test_two_processes_match_one_process(tmp_path):
     """`jaxmech bench --coordinator ...` in two processes with two CPU devices each: process 0's
-    JSON names 4 devices and 2 processes, and the sharded rollout's outputs (3 steps of forward
+    JSON names 4 devices and 2 processes, and the sharded rollout's outputs (10 steps of forward
     dynamics and projections each) equal a one-process, one-device run's bit for bit."""
     common = ["--what", "rollout", "--batch", "8", "--precision", "f64", "--budget", "600"]
     port = _free_port()
