@@ -15,7 +15,6 @@ import argparse
 import importlib
 import inspect
 import json
-import os
 import sys
 import time
 import traceback
@@ -23,7 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")  # as the jaxmech command does
 
 import jax  # noqa: E402
 from rich.console import Console  # noqa: E402

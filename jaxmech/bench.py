@@ -249,7 +249,9 @@ def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None,
     for b in batches:
         for (sname, prec), group in groups.items():
             if (sname, prec) in why:
-                rows[sname, prec, b] = Row(sname, prec, b, skipped="budget" if group else "no actuated joints")
+                prior = rows.get((sname, prec, batches[0]))
+                reason = "no actuated joints" if group is None else (prior.skipped if prior else "budget") or "budget"
+                rows[sname, prec, b] = Row(sname, prec, b, skipped=reason)
                 continue
             guess = group.predict(b, opts.reps)
             if math.isnan(guess):  # nothing known yet: the mean compile time seen so far
@@ -262,7 +264,15 @@ def run(mech64: Mechanism, opts: BenchOptions, progress: Callable | None = None,
                 if progress:
                     progress(f"{sname} {prec} batch {b}: skipped", 1)
                 continue
-            row, head = group.measure(b, opts.reps)
+            try:
+                row, head = group.measure(b, opts.reps)
+            except Exception as e:  # a stage this model cannot run (e.g. no closure to assemble)
+                msg = str(e).splitlines()[0] if str(e) else ""
+                why[sname, prec] = f"{type(e).__name__}: {msg[:160]}"
+                rows[sname, prec, b] = Row(sname, prec, b, skipped="error")
+                if progress:
+                    progress(f"{sname} {prec} batch {b}: error", 1)
+                continue
             for (s2, _), g2 in groups.items():  # the other precision's first compile is alike
                 if g2 and s2 == sname and math.isnan(g2.compile_guess):
                     g2.compile_guess = row.compile_s
