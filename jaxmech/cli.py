@@ -143,7 +143,7 @@ def info(
         console.print(f"ports: {', '.join(f'{n} ({ty})' for n, ty in zip(t.port_names, t.port_types, strict=False))}")
 
 
-for _mod in ("cli_assembly", "cli_demo"):
+for _mod in ("cli_assembly", "cli_demo", "cli_bench"):
     try:
         importlib.import_module(f"{__package__}.{_mod}")
     except ModuleNotFoundError as _e:  # command module not present in this build
@@ -155,5 +155,7 @@ def main() -> None:
     app(prog_name="jaxmech")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m jaxmech.cli: run the package module's app, where sub-commands registered
+    from jaxmech.cli import main as _main
+
+    sys.exit(_main())

@@ -102,6 +102,7 @@ def _reverse(j: Joint) -> Joint:
         q0,
         j.armature,
         j.damping,
+        j.frictionloss,
     )
 
 
@@ -123,7 +124,7 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
             pinned_tree.update(c.coeffs)
     for p in g.ports.values():
         if p.type == "joint":
-            pinned_tree.add(p.joint)
+            pinned_tree.update(p.coeffs or (p.joint,))
     for n in pinned_tree:
         if g.joints[n].cut is True or n in cuts:
             raise g.error(f"joint '{n}'", "is pinned as a cut but a coupling/port/pin needs it in the tree")
@@ -217,6 +218,7 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
     upper = np.full(nq, np.inf)
     armature = np.zeros(nv)
     damping = np.zeros(nv)
+    frictionloss = np.zeros(nv)
     lin_q, lin_v, sph_q, sph_v, free_q, free_v = [], [], [], [], [], []
     for i, b in enumerate(body_order):
         j = oriented[b]
@@ -271,6 +273,7 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
                 outside.append((vs, n1, f"'{j.name}' {fmt(x)} not in [{fmt(j.lower)}, {fmt(j.upper)}]"))
         armature[vs : vs + JOINT_NV[t]] = j.armature
         damping[vs : vs + JOINT_NV[t]] = j.damping
+        frictionloss[vs : vs + JOINT_NV[t]] = j.frictionloss
         q_index[i] = qi
     v_body = np.zeros(nv, dtype=int)
     v_col = np.zeros(nv, dtype=int)
@@ -411,11 +414,15 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
             frame_pose.append(T)
     fidx = {f: k for k, f in enumerate(frame_names)}
     port_names, port_types, port_v, port_frames, port_gear = [], [], [], [], []
-    for p in g.ports.values():
+    port_coef = np.zeros((len(g.ports), nv))
+    for k, p in enumerate(g.ports.values()):
         port_names.append(p.name)
         port_types.append(p.type)
         port_gear.append(p.gear)
         if p.type == "joint":
+            for jn, c in (p.coeffs or {p.joint: 1.0}).items():  # a 1-dof joint keeps its q when reversed
+                bj = body_order.index(_child_of(g, oriented, jn))
+                port_coef[k, v_start[bj] + (p.index if p.coeffs is None else 0)] += c
             bj = body_order.index(_child_of(g, oriented, p.joint))
             port_v.append(v_start[bj] + p.index)
             port_frames.append((-1, -1))
@@ -490,6 +497,7 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
         port_types=tuple(port_types),
         port_v=np.array(port_v, dtype=int),
         port_frames=np.array(port_frames, dtype=int).reshape(-1, 2),
+        port_coef=port_coef,
         lin_q=np.array(lin_q, dtype=int),
         lin_v=np.array(lin_v, dtype=int),
         sph_q=np.array(sph_q, dtype=int).reshape(-1, 4),
@@ -526,6 +534,7 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
         damping=f(damping),
         gravity=f(g.gravity),
         port_gear=f(port_gear),
+        frictionloss=f(frictionloss),
     )
 
 

@@ -64,7 +64,7 @@ import optax
 
 from . import lie
 from .dynamics import crba, gravity_torques
-from .kinematics import frame_jacobian, frame_pose
+from .kinpass import frame_jacobian, frame_pose
 from .mechanism import Mechanism
 from .reduction import port_jacobian, port_values, tangent_map
 from .simulate import SimState, project_position, random_closed_configurations, step_with_info

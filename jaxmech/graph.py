@@ -126,6 +126,7 @@ class Joint:
     q0: np.ndarray | None = None  # initial guess of the joint coordinates (nq)
     armature: float = 0.0
     damping: float = 0.0
+    frictionloss: float = 0.0  # dry friction (N m or N), carried for simulators / export
 
 
 @dataclass
@@ -154,7 +155,8 @@ class Constraint:
 class Port:
     """An actuator port: a joint coordinate (``joint``, coordinate ``index``) or the distance
     between two frames (``frame_a``, ``frame_b``; a hydraulic cylinder). ``gear`` scales the
-    port coordinate."""
+    port coordinate. ``coeffs`` {joint: c} (several one-coordinate joints) makes a transmission
+    port ``gear * sum_j c_j q_j`` (one actuator driving several joints); ``joint`` is then the first."""
 
     name: str
     type: str  # "joint" | "distance"
@@ -163,6 +165,7 @@ class Port:
     frame_a: str | None = None
     frame_b: str | None = None
     gear: float = 1.0
+    coeffs: dict[str, float] | None = None
 
 
 @dataclass
@@ -186,9 +189,23 @@ class Graph:
 
     # ------------------------------------------------------------------ helpers
     def error(self, element: str, msg: str) -> ModelError:
-        return ModelError(f"{_where(self.source)}{element}: {msg}")
+        return ModelError(" ".join(f"{_where(self.source)}{element}: {msg}".split()))  # one line (array reprs wrap)
+
+    def _num(self, element: str, what: str, x) -> float:
+        """One finite number (a string, bool or None is refused, not converted)."""
+        if isinstance(x, (str, bytes, bool)) or x is None or _has_text(x):
+            raise self.error(element, f"{what} must be a number, got {x!r}")
+        try:
+            v = float(x)
+        except (TypeError, ValueError):
+            raise self.error(element, f"{what} must be a number, got {x!r}") from None
+        if not np.isfinite(v):
+            raise self.error(element, f"{what} must be finite, got {x!r}")
+        return v
 
     def _vec(self, element: str, what: str, x, n: int) -> np.ndarray:
+        if _has_text(x):
+            raise self.error(element, f"{what} must be {n} numbers, got {x!r}")
         try:
             a = np.asarray(x, dtype=float).reshape(n)
         except (TypeError, ValueError):
@@ -198,6 +215,8 @@ class Graph:
         return a
 
     def _pose(self, element: str, what: str, T) -> np.ndarray:
+        if _has_text(T):
+            raise self.error(element, f"{what} must be a 4x4 pose of numbers, got {T!r}")
         try:
             T = np.asarray(T, dtype=float).reshape(4, 4)
         except (TypeError, ValueError):
@@ -229,8 +248,8 @@ class Graph:
         about the COM in body axes. ``frames``: {name: 4x4 pose in the body}."""
         el = f"body '{name}'"
         self._new_name("body", name, self.bodies)
-        mass = float(mass)
-        if not np.isfinite(mass) or mass < 0:
+        mass = self._num(el, "mass", mass)
+        if mass < 0:
             raise self.error(el, f"mass must be finite and >= 0, got {mass}")
         com = self._vec(el, "com", com, 3)
         I = _inertia_matrix(self, el, inertia)
@@ -272,6 +291,7 @@ class Graph:
         q0=None,
         armature: float = 0.0,
         damping: float = 0.0,
+        frictionloss: float = 0.0,
     ) -> Joint:
         el = f"joint '{name}'"
         self._new_name("joint", name, self.joints)
@@ -313,15 +333,18 @@ class Graph:
             ax2,
             lo,
             hi,
-            float(offset),
+            self._num(el, "offset", offset),
             bool(actuated),
             cut,
             q0,
-            float(armature),
-            float(damping),
+            self._num(el, "armature", armature),
+            self._num(el, "damping", damping),
+            self._num(el, "frictionloss", frictionloss),
         )
-        if j.armature < 0 or j.damping < 0:
-            raise self.error(el, f"armature and damping must be >= 0, got {armature}, {damping}")
+        if j.armature < 0 or j.damping < 0 or j.frictionloss < 0:
+            raise self.error(
+                el, f"armature, damping and frictionloss must be >= 0, got {armature}, {damping}, {frictionloss}"
+            )
         self.joints[name] = j
         return j
 
@@ -364,8 +387,7 @@ class Graph:
                     raise self.error(el, f"coupling names unknown joint '{jn}'")
                 if JOINT_NQ[self.joints[jn].type] != 1:
                     raise self.error(el, f"coupling joint '{jn}' must have one coordinate, is {self.joints[jn].type}")
-                if not np.isfinite(float(c)):
-                    raise self.error(el, f"coupling coefficient of '{jn}' is not finite: {c}")
+                self._num(el, f"coupling coefficient of '{jn}'", c)
         elif ba == bb:
             raise self.error(el, f"both sides are on the same body '{ba}'")
         ax = tuple(bool(x) for x in (axes if axes is not None else (True,) * 6))
@@ -380,8 +402,8 @@ class Graph:
             Tb,
             ax,
             {k: float(v) for k, v in (coeffs or {}).items()},
-            float(offset),
-            float(length),
+            self._num(el, "offset", offset),
+            self._num(el, "length", length),
         )
         self.constraints[name] = c
         return c
@@ -401,9 +423,24 @@ class Graph:
         frame_a: str | None = None,
         frame_b: str | None = None,
         gear: float = 1.0,
+        coeffs: dict[str, float] | None = None,
     ) -> Port:
+        """Add an actuator port: a joint coordinate, a transmission ``coeffs`` {joint: c} over
+        one-coordinate joints (value ``gear * sum c q``), or the distance between two frames."""
         el = f"port '{name}'"
         self._new_name("port", name, self.ports)
+        if coeffs is not None:
+            if type != "joint" or not isinstance(coeffs, dict) or not coeffs:
+                raise self.error(el, f"a transmission port needs coeffs {{joint: coefficient}}, got {coeffs!r}")
+            for jn in coeffs:
+                if jn not in self.joints:
+                    raise self.error(el, f"transmission names unknown joint '{jn}'")
+                if JOINT_NQ[self.joints[jn].type] != 1:
+                    raise self.error(
+                        el, f"transmission joint '{jn}' must have one coordinate, is {self.joints[jn].type}"
+                    )
+            coeffs = {jn: self._num(el, f"transmission coefficient of '{jn}'", c) for jn, c in coeffs.items()}
+            joint, index = next(iter(coeffs)), 0
         if type == "joint":
             if joint not in self.joints:
                 raise self.error(el, f"unknown joint '{joint}'")
@@ -417,7 +454,7 @@ class Graph:
                     raise self.error(el, f"unknown frame '{f}'")
         else:
             raise self.error(el, f"unknown port type '{type}' (expected 'joint' or 'distance')")
-        p = Port(name, type, joint, int(index), frame_a, frame_b, float(gear))
+        p = Port(name, type, joint, int(index), frame_a, frame_b, self._num(el, "gear", gear), coeffs)
         self.ports[name] = p
         return p
 
@@ -431,10 +468,27 @@ class Graph:
         )
 
 
+def _has_text(x) -> bool:
+    """True if ``x`` (a number or nested lists) holds a string / bytes / bool / None anywhere
+    (numpy would silently convert ``"1.5"`` or ``True`` to a float)."""
+    if isinstance(x, (str, bytes, bool)) or x is None:
+        return True
+    if isinstance(x, (list, tuple)):
+        return any(_has_text(e) for e in x)
+    if isinstance(x, dict):
+        return True
+    return False
+
+
 def _inertia_matrix(g: Graph, el: str, inertia) -> np.ndarray:
     if inertia is None:
         return np.zeros((3, 3))
-    a = np.asarray(inertia, dtype=float)
+    if _has_text(inertia):
+        raise g.error(el, f"inertia must be numbers, got {inertia!r}")
+    try:
+        a = np.asarray(inertia, dtype=float)
+    except (TypeError, ValueError):
+        raise g.error(el, f"inertia must be 3x3, 3 or 6 numbers, got {inertia!r}") from None
     if a.shape == (3,):
         I = np.diag(a)
     elif a.shape == (6,):

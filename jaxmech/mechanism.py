@@ -94,6 +94,9 @@ class Topology:
     #: velocity indices some closure row depends on (loop paths and nonzero coupling
     #: coefficients), fixed at compile time so it is known even when the model is traced.
     touched_v: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    #: (np, nv) joint-port coefficients: port value = gear * sum_v coef[v] q(v) (one-hot for a
+    #: single-joint port, several entries for a transmission); zero rows for distance ports.
+    port_coef: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     _hash: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -150,6 +153,7 @@ class Mechanism(eqx.Module):
     damping: jnp.ndarray
     gravity: jnp.ndarray
     port_gear: jnp.ndarray
+    frictionloss: jnp.ndarray | None = None  # (nv,) dry friction per velocity coordinate (N m or N)
 
     # ------------------------------------------------------------------ sizes and names
     @property

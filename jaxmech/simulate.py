@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .closure import closure_residual_and_jacobian
-from .kinematics import forward_kinematics, integrate
+from .kinpass import forward_kinematics, integrate
 from .mechanism import Mechanism
 
 

@@ -39,7 +39,7 @@ from .assembly import (
     partition,
 )
 from .closure import closure_jacobian
-from .kinematics import difference, integrate
+from .kinpass import difference, integrate
 from .mechanism import Mechanism
 from .rank import select_rows
 

@@ -11,6 +11,7 @@ import mpmath as mp
 import numpy as np
 import pinocchio as pin
 import pytest
+from _shared import closed_states, load
 
 import jaxmech as jm
 
@@ -19,22 +20,13 @@ _CACHE = {}
 
 
 def _load(name):
-    if name not in _CACHE:
-        _CACHE[name] = jm.load(CONFIGS / f"{name}.toml")
-    return _CACHE[name]
+    return load(name)
 
 
 def _assembled(mech, n, spread, seed=0):
-    """Closed configurations: actuated coordinates perturbed around q0, then assembled."""
-    rng = np.random.default_rng(seed)
-    qa = mech.topo.actuated_v  # 1-dof actuated joints: q index == v index for these mechanisms
-    qi = np.array([mech.topo.q_start[mech.topo.v_body[k]] for k in qa])
-    Q = np.tile(np.asarray(mech.q0), (n, 1))
-    Q[:, qi] += rng.uniform(-spread, spread, (n, qi.size))
-    res = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))(jnp.asarray(Q))
-    ok = np.asarray(res.status) == 0
-    assert ok.sum() >= n // 2, f"assembly failed on too many states: {np.asarray(res.status)}"
-    return np.asarray(res.q)[ok]
+    """Closed configurations: actuated coordinates perturbed around q0, then assembled (one
+    padded compile per mechanism for the whole session, tests/_shared.py)."""
+    return closed_states(mech, n, spread, seed)
 
 
 def _consistent_states(mech, Q, seed=0, rows=None):
@@ -133,8 +125,6 @@ def _mp_reference(M, h, C, gamma, tau, dps=40):
     ],
 )
 def test_planar_linkages_vs_mpmath(cfg):
-    if not (CONFIGS / f"{cfg}.toml").exists():
-        pytest.skip(f"configs/{cfg}.toml not present")
     mech = _load(cfg)
     Q = _assembled(mech, 6, 0.2, seed=2)
     V, T = _consistent_states(mech, Q, seed=2)

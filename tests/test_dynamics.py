@@ -11,16 +11,15 @@ import pinocchio as pin
 import pytest
 
 import jaxmech as jm
+from jaxmech.io import resolve_resource
 
-ERD = Path(pin.__file__).parents[4] / "share" / "example-robot-data" / "robots"
 N_STATES = 16
 
 
 def _erd(rel):
-    p = ERD / rel
-    if not p.exists():  # pragma: no cover - example-robot-data layout differs
-        pytest.skip(f"example-robot-data file {rel} not found")
-    return str(p)
+    """The installed example-robot-data file (the package's own metadata lookup, as in test_io):
+    a missing file is a ModelError, i.e. a failure, not a skip."""
+    return str(resolve_resource("example-robot-data:" + rel))
 
 
 class Robot:

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..graph import WORLD, Graph, ModelError, pose
+from ._text import check_utf8
 
 _JT = {
     "revolute": "revolute",
@@ -82,6 +83,7 @@ def read_sdf(path, model: str | None = None) -> Graph:
     path = Path(path)
     if not path.exists():
         raise ModelError(f"{path}: file not found")
+    check_utf8(path, xml=True)
     try:
         root = ET.parse(path).getroot()
     except ET.ParseError as e:

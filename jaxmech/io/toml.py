@@ -72,7 +72,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..graph import Graph, ModelError, pose
+from ..graph import Graph, ModelError, _has_text, pose
+from ._text import read_text
 
 _TOP = {
     "name",
@@ -138,6 +139,9 @@ def _pose_from(g: Graph, el: str, t: dict, prefix: str) -> np.ndarray:
     rpy, quat = t.get(f"{prefix}rpy"), t.get(f"{prefix}quat")
     if rpy is not None and quat is not None:
         raise g.error(el, f"give {prefix}rpy or {prefix}quat, not both")
+    for key, x in ((f"{prefix}xyz", xyz), (f"{prefix}rpy", rpy), (f"{prefix}quat", quat)):
+        if x is not None and _has_text(x):
+            raise g.error(el, f"{key} must be numbers, got {x!r}")
     try:
         return pose(xyz, rpy=rpy, quat=quat)
     except (ValueError, TypeError) as e:
@@ -248,6 +252,8 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
             raise g.error(el, f"a {j.type} joint takes no limits")
         if not (isinstance(lim, list) and len(lim) == 2):
             raise g.error(el, f"expected [lower, upper], got {lim!r}")
+        if _has_text(lim):
+            raise g.error(el, f"limits must be numbers, got {lim!r}")
         try:  # +-inf allowed: an unbounded coordinate
             lo, hi = (np.asarray(x, dtype=float).reshape(n1) for x in lim)
         except (TypeError, ValueError):
@@ -315,12 +321,15 @@ def _ports_from_actuated(g: Graph, joints) -> None:
 def read_toml(path) -> Graph:
     """Parse a TOML mechanism file into a :class:`Graph` (not yet compiled)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ModelError(f"{path}: file not found") from None
+    text = read_text(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ModelError(f"{path}: TOML syntax error: {e}") from None
-    return graph_from_dict(data, str(path))
+    try:
+        return graph_from_dict(data, str(path))
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        # a value of the wrong kind that no element check caught (e.g. a table where a number
+        # belongs): still a one-line ModelError naming the file, never a traceback
+        msg = " ".join(str(e).split())
+        raise ModelError(f"{path}: invalid value ({type(e).__name__}: {msg})") from None

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..graph import WORLD, Graph, ModelError, pose
+from ._text import check_utf8
 
 _TYPES = {
     "revolute": "revolute",
@@ -56,6 +57,7 @@ def read_urdf(path, floating: bool = False) -> Graph:
     path = Path(path)
     if not path.exists():
         raise ModelError(f"{path}: file not found")
+    check_utf8(path, xml=True)
     try:
         root_xml = ET.parse(path).getroot()
     except ET.ParseError as e:
@@ -77,7 +79,7 @@ def read_urdf(path, floating: bool = False) -> Graph:
             build_collision_scene_graph=False,
         )
     except Exception as e:  # noqa: BLE001 - yourdfpy raises assorted types
-        raise ModelError(f"{path}: could not parse URDF: {e}") from None
+        raise ModelError(f"{path}: could not parse URDF: {' '.join(str(e).split())}") from None
     robot = urdf.robot
     for link in robot.links:
         el = f"link '{link.name}'"
