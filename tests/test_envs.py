@@ -92,3 +92,32 @@ def test_evolution_strategy_runs_without_xla_flags(configs_dir, tmp_path):
     root = Path(__file__).resolve().parents[1]
     r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_learning_example_runs_without_xla_flags(tmp_path):
+    """examples/stewart_es_mlp.py at a tiny size in a fresh process with no XLA flags: it writes
+    the learning curve and the figures (return and episode length)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "curve.png"
+    args = ["--iterations", "1", "--pairs", "2", "--episodes", "1", "--horizon", "4", "--out", str(out)]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(root)
+    r = subprocess.run(
+        [sys.executable, str(root / "examples" / "stewart_es_mlp.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert out.exists() and out.stat().st_size > 1000
+    s = json.loads(out.with_suffix(".json").read_text())
+    assert len(s["history"]["return"]) == 2 and len(s["history"]["length"]) == 2
+    assert s["pd"]["length"] == 4 and np.isfinite(s["mlp"]["return"])
