@@ -1,15 +1,22 @@
 """Constrained forward dynamics per state: jaxmech (jit(vmap), KKT) against Pinocchio 4
-``constraintDynamics`` (one thread, Python loop over the same states; its binding costs about
-0.6 us a call). Protocol: /work/shared/BENCHMARKS.md.
+``constraintDynamics`` (Python loop over the same states; its binding costs about 0.6 us a call).
+Protocol: /work/shared/BENCHMARKS.md.
 
 For each mechanism (Stewart free-platform and published-graph variants, four-bar, Cassie): closed
-states from ``jm.assemble`` (actuated coordinates perturbed around q0), velocities in null(C),
-random efforts. Reports per-state times, the ratio Pinocchio / jaxmech, jit compile time, max
-``|C a + gamma|`` and the max relative difference from Pinocchio (mechanisms Pinocchio can
-express), float64 and float32. Writes ``benchmarks/results/dynamics.json``.
+states (actuated coordinates perturbed around q0 and assembled; Cassie, whose rough q0 does not
+assemble, from ``simulate.random_closed_configurations`` around its exactly closed q0),
+velocities in null(C), random efforts. The two are timed on the same states with the same
+statistic, calls interleaved (jaxmech, Pinocchio, jaxmech, ...) so that load from other processes
+hits both alike: best and median wall time and the process CPU time of the fastest call, per
+state. Two passes: every thread of the process pinned to one core (``cores=1``: the fair
+comparison, Pinocchio is single-threaded), then all cores (jaxmech's XLA pool may use them).
+Also jit compile time, max ``|C a + gamma|`` and the max relative difference from Pinocchio.
+float32 rows compare float32 jaxmech with float64 Pinocchio (the only Pinocchio there is): their
+ratio is labelled so. The four-bar has a revolute cut, which Pinocchio's rigid constraints cannot
+express: it has jaxmech figures only. Writes ``benchmarks/results/dynamics.json``.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dynamics.py [--quick]
-    taskset -c 0 .venv/bin/python benchmarks/dynamics.py --mechs stewart --batches 1,64,1024,8192 --dtypes float64
+    python benchmarks/dynamics.py [--quick]      # tiny run for CI: --tiny
+    python benchmarks/dynamics.py --mechs stewart --batches 1,64,1024,8192 --dtypes float64
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import common  # noqa: E402  (imports jaxmech first: CPU pool sizing)
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
@@ -31,8 +40,18 @@ import numpy as np  # noqa: E402
 import pinocchio as pin  # noqa: E402
 
 import jaxmech as jm  # noqa: E402
+from jaxmech import simulate as sim  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def set_cores(cores: set[int]) -> None:
+    """Pin every thread of this process (XLA's pools included) to ``cores``."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError:  # a thread that just ended
+            pass
 
 
 def states(mech, n, spread, seed=0):
@@ -45,8 +64,9 @@ def states(mech, n, spread, seed=0):
     asm = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))
     res = asm(jnp.asarray(Q))
     Q = np.asarray(res.q)[np.asarray(res.status) == 0]
-    if len(Q) == 0:
-        raise RuntimeError(f"{mech.name}: no state assembled")
+    if len(Q) == 0:  # e.g. Cassie: q0 closed but singular for the actuated partition
+        Q = np.asarray(sim.random_closed_configurations(mech, jax.random.PRNGKey(seed), base, 0.5 * spread))
+        print(f"{mech.name}: no assembled state; states from random_closed_configurations around q0", flush=True)
     Q = Q[np.arange(n) % len(Q)]
     C = np.asarray(jax.jit(jax.vmap(lambda q: jm.closure_jacobian(mech, q)))(jnp.asarray(Q)))
     V = np.empty((n, mech.nv))
@@ -58,117 +78,121 @@ def states(mech, n, spread, seed=0):
     return Q, V, rng.normal(size=(n, mech.nv))
 
 
-def time_call(f, *args, reps=5):
-    best = np.inf
-    for _ in range(reps):
-        t = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def pin_run(mech, Q, V, T):
+def pin_setup(mech, Q):
+    """A function running Pinocchio's constraintDynamics over a batch of states (numpy in and
+    out, our conventions), or None when Pinocchio cannot express the constraints."""
     try:
         model, cons = jm.to_pinocchio(mech)
     except jm.ModelError:
-        return None
+        return None, ""
     data = model.createData()
     datas = pin.StdVec_RigidConstraintData([c.createData() for c in cons])
     pin.initConstraintDynamics(model, data, cons, datas)
     C = np.asarray(jm.closure_jacobian(mech, jnp.asarray(Q[0])))
     redundant = np.linalg.matrix_rank(C, 1e-9 * np.linalg.norm(C, 2)) < C.shape[0]
     ps = pin.ProximalSettings(1e-12, 1e-6, 100) if redundant else pin.ProximalSettings(1e-12, 0.0, 1)
-    qp, vp, tp = jm.q_to_pinocchio(mech, Q), jm.v_to_pinocchio(mech, V), jm.v_to_pinocchio(mech, T)
-    out = np.empty_like(V)
-    t0 = time.perf_counter()
-    for i in range(len(Q)):
-        out[i] = pin.constraintDynamics(model, data, qp[i], vp[i], tp[i], cons, datas, ps)
-    dt = (time.perf_counter() - t0) / len(Q)
-    return jm.v_from_pinocchio(mech, out), dt, "mu=1e-6 x100" if redundant else "mu=0"
+
+    def run(qp, vp, tp):
+        out = np.empty_like(vp)
+        for i in range(len(qp)):
+            out[i] = pin.constraintDynamics(model, data, qp[i], vp[i], tp[i], cons, datas, ps)
+        return out
+
+    return run, ("mu=1e-6 x100" if redundant else "mu=0")
 
 
-def bench(name, mech, batches, dtypes):
+def bench(name, mech, batches, dtypes, passes, reps):
     n = max(batches)
     Q, V, T = states(mech, n, 0.03 if "stewart" in name else 0.2)
-    ref = pin_run(mech, Q, V, T)
+    pin_fn, settings = pin_setup(mech, Q)
     rows = []
     gam = jax.jit(jax.vmap(lambda q, v: (jm.closure_jacobian(mech, q), jm.closure_bias(mech, q, v))))
     Cs, Gs = (np.asarray(x) for x in gam(jnp.asarray(Q), jnp.asarray(V)))
+    qp, vp, tp = jm.q_to_pinocchio(mech, Q), jm.v_to_pinocchio(mech, V), jm.v_to_pinocchio(mech, T)
+    f = jax.jit(jax.vmap(lambda m, q, v, t: jm.forward_dynamics(m, q, v, t).a, (None, 0, 0, 0)))
     for dtype in dtypes:
-        m = jax.tree_util.tree_map(lambda x, d=dtype: x.astype(d) if isinstance(x, jax.Array) else x, mech)
-        f = jax.jit(jax.vmap(lambda q, v, t, m=m: jm.forward_dynamics(m, q, v, t).a))
+        m = common.cast(mech, dtype)
+        dname = jnp.dtype(dtype).name
         for b in batches:
             args = tuple(jnp.asarray(x[:b], dtype) for x in (Q, V, T))
+            fns = {"jaxmech": lambda *_, a=args, m=m: f(m, *a)}
+            if pin_fn is not None:
+                fns["pinocchio"] = lambda *_, b=b: pin_fn(qp[:b], vp[:b], tp[:b])
             t0 = time.perf_counter()
-            lowered = f.lower(*args).compile()
-            compile_s = time.perf_counter() - t0
-            per = time_call(lowered, *args) / b
-            a = np.asarray(lowered(*args), np.float64)
+            a = np.asarray(jax.block_until_ready(fns["jaxmech"]()), np.float64)
+            compile_s = time.perf_counter() - t0  # trace + compile + one run
             cerr = float(np.max(np.abs(np.einsum("nij,nj->ni", Cs[:b], a) + Gs[:b])))
-            row = {
-                "mechanism": name,
-                "nv": mech.nv,
-                "rows": mech.n_rows,
-                "dtype": jnp.dtype(dtype).name,
-                "batch": b,
-                "jaxmech_us_per_state": per * 1e6,
-                "compile_s": compile_s,
-                "max_closure_accel_error": cerr,
-            }
-            if ref is not None:
-                a_ref, pin_dt, settings = ref
-                row["pinocchio_us_per_state"] = pin_dt * 1e6
+            row = {"mechanism": name, "nv": mech.nv, "rows": mech.n_rows, "dtype": dname, "batch": b}
+            row["max_closure_accel_error"] = cerr
+            row["jaxmech_compile_s"] = compile_s
+            if pin_fn is not None:
+                a_ref = jm.v_from_pinocchio(mech, fns["pinocchio"]())
                 row["pinocchio_settings"] = settings
-                row["ratio_pinocchio_over_jaxmech"] = pin_dt / per
                 row["max_rel_diff_vs_pinocchio"] = float(
-                    np.max(np.abs(a - a_ref[:b]) / np.max(np.abs(a_ref[:b]), axis=1, keepdims=True))
+                    np.max(np.abs(a - a_ref) / np.max(np.abs(a_ref), axis=1, keepdims=True))
                 )
-                pc = np.einsum("nij,nj->ni", Cs[:b], a_ref[:b]) + Gs[:b]
-                row["pinocchio_closure_accel_error"] = float(np.max(np.abs(pc)))
-            rows.append(row)
-            print(
-                f"{name:14s} {row['dtype']:8s} batch {b:5d}: {row['jaxmech_us_per_state']:9.2f} us/state "
-                f"(compile {compile_s:5.1f} s)  |Ca+g| {cerr:.1e}"
-                + (
-                    f"  pin {row['pinocchio_us_per_state']:6.2f} us  ratio {row['ratio_pinocchio_over_jaxmech']:6.2f}"
-                    f"  diff {row['max_rel_diff_vs_pinocchio']:.1e}"
-                    if ref is not None
+                row["pinocchio_closure_accel_error"] = float(
+                    np.max(np.abs(np.einsum("nij,nj->ni", Cs[:b], a_ref) + Gs[:b]))
+                )
+            for label, cores in passes:
+                set_cores(cores)
+                t = common.time_interleaved(fns, reps=reps)
+                for k, tk in t.items():
+                    row[f"{k}_us_per_state_best_cores{label}"] = 1e6 * tk.best_s / b
+                    row[f"{k}_us_per_state_median_cores{label}"] = 1e6 * tk.median_s / b
+                    row[f"{k}_cpu_us_per_state_cores{label}"] = 1e6 * tk.cpu_best_s / b
+                if pin_fn is not None:
+                    key = (
+                        "ratio_pinocchio_f64_over_jaxmech_f32" if dname == "float32" else "ratio_pinocchio_over_jaxmech"
+                    )
+                    row[f"{key}_median_cores{label}"] = t["pinocchio"].median_s / t["jaxmech"].median_s
+                    row[f"ratio_cpu_cores{label}"] = t["pinocchio"].cpu_best_s / t["jaxmech"].cpu_best_s
+                tp_ = t.get("pinocchio")
+                pin_txt = (
+                    f"  pin {1e6 * tp_.median_s / b:8.2f} us (cpu {1e6 * tp_.cpu_best_s / b:8.2f})"
+                    f"  ratio {t['pinocchio'].median_s / t['jaxmech'].median_s:6.2f}"
+                    + (" (vs f64 Pinocchio)" if dname == "float32" else "")
+                    if pin_fn is not None
                     else "  (no Pinocchio equivalent: revolute cut)"
-                ),
-                flush=True,
-            )
+                )
+                print(
+                    f"{name:14s} {dname:8s} cores {label:3s} batch {b:5d}: jaxmech median "
+                    f"{1e6 * t['jaxmech'].median_s / b:9.2f} us/state (cpu {1e6 * t['jaxmech'].cpu_best_s / b:8.2f}, "
+                    f"compile {compile_s:5.1f} s)  |Ca+g| {cerr:.1e}" + pin_txt,
+                    flush=True,
+                )
+            set_cores(passes[-1][1] | passes[0][1])
+            rows.append(row)
     return rows
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="batches 1 and 64, float64 only")
+    ap.add_argument("--tiny", action="store_true", help="CI smoke run: four_bar and stewart, batch 4, 5 reps, one core")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "dynamics.json"))
     ap.add_argument("--mechs", default="stewart,stewart_graph,four_bar,cassie", help="comma-separated config names")
     ap.add_argument("--batches", default="", help="comma-separated batch sizes (default 1,64,1024,8192)")
     ap.add_argument("--dtypes", default="", help="comma-separated: float64,float32 (default both)")
+    ap.add_argument("--reps", type=int, default=7, help="interleaved timed calls per function")
     args = ap.parse_args()
     batches = [1, 64] if args.quick else [1, 64, 1024, 8192]
     dtypes = [jnp.float64] if args.quick else [jnp.float64, jnp.float32]
+    mechs = args.mechs
+    allc = os.sched_getaffinity(0)
+    passes = [("1", {min(allc)}), ("all", allc)]
+    if args.tiny:
+        batches, dtypes, mechs, passes = [4], [jnp.float64], "four_bar,stewart", passes[:1]
     if args.batches:
         batches = [int(b) for b in args.batches.split(",")]
     if args.dtypes:
         dtypes = [jnp.dtype(d).type for d in args.dtypes.split(",")]
-    mechs = {}
-    for name in args.mechs.split(","):
-        try:
-            mechs[name] = jm.load(ROOT / "configs" / f"{name}.toml")
-        except Exception as e:  # noqa: BLE001 - report and continue with the others
-            print(f"skip {name}: {e}")
     results = []
-    for name, mech in mechs.items():
-        try:
-            results += bench(name, mech, batches, dtypes)
-        except RuntimeError as e:  # e.g. no closed state assembled (Cassie's q0 is a singular state)
-            print(f"skip {name}: {e}")
+    for name in mechs.split(","):
+        results += bench(name, jm.load(ROOT / "configs" / f"{name}.toml"), batches, dtypes, passes, args.reps)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"jax": jax.__version__, "pinocchio": pin.__version__, "device": str(jax.devices()[0]), "quick": args.quick}
+    meta = common.env_info([jnp.dtype(d).name for d in dtypes]) | {"pinocchio": pin.__version__, "quick": args.quick}
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     print(f"wrote {out}")
 

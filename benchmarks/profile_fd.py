@@ -5,7 +5,7 @@ size, interleaved (A B C A B C ...) so machine load hits them alike, and reports
 median per-state time, the compile time and the size of the optimized HLO. Run pinned to one
 core for stable numbers:
 
-    taskset -c 0 .venv/bin/python benchmarks/profile_fd.py [--batch 1024] [--reps 7] [--only fd,crba]
+    PYTHONPATH=. taskset -c 0 .venv/bin/python benchmarks/profile_fd.py [--batches 1,64,1024,4096] [--reps 7]
 
 Measured (Stewart, float64, one core of the shared 2-core CI machine, benchmarks/dynamics.py,
 best of 5; Pinocchio 4.1 ``constraintDynamics`` 13.5-14.6 us/state in the same runs):
@@ -39,75 +39,157 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxmech import rank  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def components(mech):
-    """name -> f(q, v, tau) of one state."""
-    fd = lambda q, v, t: jm.forward_dynamics(mech, q, v, t).a  # noqa: E731
-    out = {
-        "fd_kkt": fd,
-        "crba": lambda q, v, t: jm.crba(mech, q),
-        "nle": lambda q, v, t: jm.nonlinear_effects(mech, q, v),
-        "closure_jacobian": lambda q, v, t: jm.closure_jacobian(mech, q),
-        "closure_bias": lambda q, v, t: jm.closure_bias(mech, q, v),
-        "svd_rank": lambda q, v, t: rank.numerical_rank(jm.closure_jacobian(mech, q)),
-        "qr_rows": lambda q, v, t: rank.select_rows(jm.closure_jacobian(mech, q), 18)[0],
-        "cholesky_M": lambda q, v, t: jnp.linalg.cholesky(jm.crba(mech, q)),
+    """Stage name -> f(q, v, tau) of one state. Each stage is timed alone; the later stages take the
+    earlier ones' outputs as inputs computed inside (so their time includes them: read differences)."""
+    from jaxmech.constrained import _Rows
+    from jaxmech.curvature import closure_terms_world
+    from jaxmech.dynamics import _rnea, _World
+
+    def kin(q, v, t):
+        k = jm.kinematics(mech, q)
+        return k.R, k.p, k.cols
+
+    def kin_v(q, v, t):
+        return jm.kinematics(mech, q, v)
+
+    def crows(q, v, t):
+        w = _World(mech, q)
+        return closure_terms_world(mech, w.R, w.p, w.cols)[0]
+
+    def gamma(q, v, t):
+        w = _World(mech, q)
+        V, Ab = w.motion(v)
+        return closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
+
+    def mass(q, v, t):
+        return _World(mech, q).mass_matrix()
+
+    def nle(q, v, t):
+        w = _World(mech, q)
+        return _rnea(mech, w, q, v, None)
+
+    def rank_sel(q, v, t):
+        w = _World(mech, q)
+        C = closure_terms_world(mech, w.R, w.p, w.cols)[0]
+        r = _Rows(C, jnp.zeros(C.shape[0], q.dtype), jnp.ones(C.shape[0], q.dtype), 1e-9)
+        return r.Cs, r.rank
+
+    return {
+        "fd_kkt": lambda q, v, t: jm.forward_dynamics(mech, q, v, t).a,
+        "kinematics": kin,
+        "kinematics_v": kin_v,
+        "closure_C": crows,
+        "closure_C_gamma": gamma,
+        "crba_M": mass,
+        "rnea_h": nle,
+        "rank_select": rank_sel,
+        "closure_jacobian(public)": lambda q, v, t: jm.closure_jacobian(mech, q),
+        "forward_kinematics(public)": lambda q, v, t: jm.forward_kinematics(mech, q),
     }
-    return out
+
+
+def kkt_only(mech, Q, V, T):
+    """The KKT solve alone on precomputed (M, C, gamma, b): the linear algebra of fd_kkt."""
+    from jaxmech.constrained import _Rows
+    from jaxmech.curvature import closure_terms_world
+    from jaxmech.dynamics import _rnea, _World
+
+    def pre(q, v, t):
+        w = _World(mech, q)
+        V_, Ab = w.motion(v)
+        C, g = closure_terms_world(mech, w.R, w.p, w.cols, V_, Ab)
+        M = w.mass_matrix() + jnp.diag(mech.armature)
+        return M, C, g, t - _rnea(mech, w, q, v, None, motion=(V_, Ab))
+
+    M, C, g, b = jax.jit(jax.vmap(pre))(Q, V, T)
+
+    def solve(M, C, g, b):
+        from jaxmech.constrained import _kkt_dense
+
+        rows = _Rows(C, g, jnp.ones(C.shape[0], M.dtype), 1e-9)
+        return _kkt_dense(M, rows, b)
+
+    def solve_blocks(M, C, g, b):
+        from jaxmech.constrained import _kkt_solve
+
+        return _kkt_solve(mech, M, C, g, jnp.ones(C.shape[0], M.dtype), b, 1e-9)[0]
+
+    return solve, solve_blocks, (M, C, g, b)
 
 
 def states(mech, n, seed=0):
     rng = np.random.default_rng(seed)
     Q = np.tile(np.asarray(mech.q0), (n, 1))
     Q = Q + 0.01 * rng.normal(size=Q.shape)  # near q0, not exactly closed (timing only)
-    Q = np.asarray(jax.vmap(lambda q: jm.kinematics.normalize(mech, q))(jnp.asarray(Q)))
+    Q = np.asarray(jax.vmap(lambda q: jm.normalize(mech, q))(jnp.asarray(Q)))
     return jnp.asarray(Q), jnp.asarray(rng.normal(size=(n, mech.nv))), jnp.asarray(rng.normal(size=(n, mech.nv)))
+
+
+def _flops(compiled) -> float:
+    try:
+        ca = compiled.cost_analysis()
+        ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+        return float(ca.get("flops", float("nan")))
+    except Exception:  # noqa: BLE001 - backend without cost analysis
+        return float("nan")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "stewart.toml"))
-    ap.add_argument("--batch", type=int, default=1024)
+    ap.add_argument("--batches", default="1,64,1024,4096")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--only", default="", help="comma-separated component names")
+    ap.add_argument("--dtype", default="float64")
+    ap.add_argument("--core", type=int, default=0, help="pin to this core (-1: no pinning)")
     args = ap.parse_args()
+    if args.core >= 0 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.core})
+    dt = jnp.dtype(args.dtype)
     mech = jm.load(args.config)
+    mech = jax.tree_util.tree_map(
+        lambda x: x.astype(dt) if isinstance(x, jax.Array) and x.dtype.kind == "f" else x, mech
+    )
     comps = components(mech)
     if args.only:
         comps = {k: comps[k] for k in args.only.split(",")}
-    Q, V, T = states(mech, args.batch)
-    fns, info = {}, {}
-    for k, f in comps.items():
-        jf = jax.jit(jax.vmap(f))
-        t0 = time.perf_counter()
-        lowered = jf.lower(Q, V, T)
-        t1 = time.perf_counter()
-        compiled = lowered.compile()
-        t2 = time.perf_counter()
-        hlo = compiled.as_text()
-        n_jaxpr = len(jax.make_jaxpr(jax.vmap(f))(Q, V, T).jaxpr.eqns)
-        info[k] = (t1 - t0, t2 - t1, hlo.count("\n"), n_jaxpr)
-        jax.block_until_ready(compiled(Q, V, T))
-        fns[k] = compiled
-    times = {k: [] for k in fns}
-    for _ in range(args.reps):
-        for k, f in fns.items():
+    batches = [int(b) for b in args.batches.split(",")]
+    Qa, Va, Ta = states(mech, max(batches))
+    Qa, Va, Ta = (x.astype(dt) for x in (Qa, Va, Ta))
+    table = {}
+    for b in batches:
+        Q, V, T = Qa[:b], Va[:b], Ta[:b]
+        fns, args_of, info = {}, {}, {}
+        items = [(k, f, (Q, V, T)) for k, f in comps.items()]
+        if not args.only or "kkt_solve" in args.only:
+            solve, solve_blocks, kargs = kkt_only(mech, Q, V, T)
+            items.append(("kkt_solve(+rank, LAPACK)", solve, kargs))
+            items.append(("kkt_blocks(+rank, unrolled)", solve_blocks, kargs))
+        for k, f, a in items:
             t0 = time.perf_counter()
-            jax.block_until_ready(f(Q, V, T))
-            times[k].append(time.perf_counter() - t0)
-    b = args.batch
-    print(
-        f"{mech.name}: batch {b}, {args.reps} reps; us/state best / median; trace s, compile s, HLO lines, jaxpr eqns"
-    )
-    for k, ts in times.items():
-        tr, co, nh, nj = info[k]
+            compiled = jax.jit(jax.vmap(f)).lower(*a).compile()
+            info[k] = (time.perf_counter() - t0, _flops(compiled) / b)
+            jax.block_until_ready(compiled(*a))
+            fns[k], args_of[k] = compiled, a
+        times = {k: [] for k in fns}
+        for _ in range(args.reps):
+            for k, f in fns.items():
+                t0 = time.perf_counter()
+                jax.block_until_ready(f(*args_of[k]))
+                times[k].append(time.perf_counter() - t0)
+        for k, ts in times.items():
+            table.setdefault(k, {})[b] = (1e6 * min(ts) / b, 1e6 * statistics.median(ts) / b) + info[k]
+    print(f"{mech.name} {dt.name}: us/state (best of {args.reps}) per batch; XLA flops/state; compile s (last batch)")
+    print(f"  {'stage':28s}" + "".join(f"{b:>10d}" for b in batches) + f"{'flops':>10s}{'GF/s':>8s}{'compile':>9s}")
+    for k, row in table.items():
+        last = row[batches[-1]]
+        gfs = last[3] / last[0] / 1e3
         print(
-            f"  {k:18s} {1e6 * min(ts) / b:8.2f} {1e6 * statistics.median(ts) / b:8.2f}   "
-            f"trace {tr:5.2f} compile {co:5.2f}  hlo {nh:6d}  eqns {nj:5d}"
+            f"  {k:28s}" + "".join(f"{row[b][0]:10.2f}" for b in batches) + f"{last[3]:10.0f}{gfs:8.2f}{last[2]:9.2f}"
         )
 
 

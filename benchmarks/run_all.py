@@ -1,15 +1,12 @@
-"""Run every benchmark (closure, assembly, reduction, dynamics, rollout, sysid) within one wall-clock
-budget, in float64 and float32, and write one JSON (``benchmarks/results/all.json``) and a table.
+"""Run ``jaxmech bench`` on shipped mechanisms within one wall-clock budget (a thin wrapper over
+:mod:`jaxmech.bench`), then, with ``--peers``, the side-by-side scripts in ``benchmarks/`` that
+compare with Pinocchio and MuJoCo (each skipped with a word when its peer is not installed).
 
-Each benchmark script in ``benchmarks/`` is imported and its ``run(...)`` called with the
-keyword arguments it accepts (``budget``, ``dtypes``, ``batches``, ``quick``); scripts with only
-a ``main(argv)`` get ``--budget``. The remaining budget is shared evenly among the benchmarks
-still to run, and each script skips its larger batches when its share runs low. Batch sizes go up
-to 65,536 on a GPU and to 8,192 on a CPU (``--batches`` overrides). Runs unchanged on CPU (small
-budget) and GPU:
+Writes ``benchmarks/results/all.json`` (one ``jaxmech bench`` report per mechanism, plus the peer
+scripts' results) and ``benchmarks/results/all.png``. Runs unchanged on CPU and GPU:
 
-    python benchmarks/run_all.py --budget 600            # CPU
-    python benchmarks/run_all.py --budget 3000 --gpu     # GPU-sized batches
+    python benchmarks/run_all.py --budget 600                      # stewart, all stages
+    python benchmarks/run_all.py --configs stewart four_bar --batch 1,1024,65536 --peers
 """
 
 from __future__ import annotations
@@ -23,75 +20,70 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402  (sets XLA_FLAGS before jax is imported)
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
 import jax  # noqa: E402
+from rich.console import Console  # noqa: E402
 
-ORDER = ("closure", "assembly", "reduction", "dynamics", "rollout", "sysid")
-GPU_BATCHES = (1, 1024, 8192, 65536)
-CPU_BATCHES = (1, 64, 1024, 8192)
+import jaxmech as jm  # noqa: E402
+from jaxmech import bench, bench_report  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+PEER_SCRIPTS = ("closure", "assembly", "reduction", "dynamics", "rollout", "sysid")
 
 
-def _call(mod, budget: float, dtypes, batches, quick: bool):
+def _peer(name: str, budget: float, dtypes, batches) -> dict:
+    """One side-by-side script, called with the keyword arguments its ``run`` accepts."""
+    try:
+        mod = importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        return {"skipped": f"needs {e.name}, not installed"}
     if hasattr(mod, "run"):
         sig = inspect.signature(mod.run).parameters
-        kw = {"budget": budget, "dtypes": tuple(dtypes), "batches": batches, "quick": quick}
-        return mod.run(**{k: v for k, v in kw.items() if k in sig})
-    argv = ["--budget", f"{budget:.0f}"] + (["--quick"] if quick else [])
-    try:
-        return mod.main(argv)
-    except SystemExit as e:  # argparse without --budget / --quick: run with defaults
-        if e.code not in (0, None):
-            return mod.main([])
-        return None
+        kw = {"budget": budget, "dtypes": tuple(dtypes), "batches": batches}
+        out = mod.run(**{k: v for k, v in kw.items() if k in sig})
+    else:
+        out = mod.main(["--budget", f"{budget:.0f}"])
+    return out if isinstance(out, dict) else {"result": out}
 
 
-def main(argv=None):
+def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", nargs="*", default=["stewart"], help="shipped example names or paths")
     ap.add_argument("--budget", type=float, default=600.0, help="total wall-clock seconds")
-    ap.add_argument("--dtypes", nargs="*", default=["float64", "float32"])
-    ap.add_argument("--batches", nargs="*", type=int, default=None)
-    ap.add_argument("--gpu", action="store_true", help="GPU-sized batches (default when a GPU is present)")
-    ap.add_argument("--quick", action="store_true", help="each script's quick mode")
-    ap.add_argument("--only", nargs="*", default=None, help=f"subset of {ORDER}")
+    ap.add_argument("--what", default=",".join(bench.STAGES))
+    ap.add_argument("--batch", default="1,1024,65536")
+    ap.add_argument("--precision", default="f64,f32")
+    ap.add_argument("--peers", action="store_true", help="also run the Pinocchio/MuJoCo side-by-side scripts")
     a = ap.parse_args(argv)
-    common.enable_x64()
-    gpu = a.gpu or jax.devices()[0].platform == "gpu"
-    batches = tuple(a.batches) if a.batches else (GPU_BATCHES if gpu else CPU_BATCHES)
-    budget = common.Budget(a.budget)
-    names = [n for n in (a.only or ORDER) if (Path(__file__).parent / f"{n}.py").exists()]
-    missing = [n for n in (a.only or ORDER) if n not in names]
-    summary = {"env": common.env_info(tuple(a.dtypes)), "budget_s": a.budget, "batches": batches, "results": {}}
-    rows = []
-    for k, name in enumerate(names):
-        share = max(budget.left(), 0.0) / (len(names) - k)
-        if share < 5:
-            summary["results"][name] = {"skipped": "budget"}
-            rows.append([name, "skipped (budget)", "-", "-"])
-            continue
-        t0 = time.perf_counter()
+    jax.config.update("jax_enable_x64", True)
+    end = time.perf_counter() + a.budget
+    jobs = len(a.configs) + (len(PEER_SCRIPTS) if a.peers else 0)
+    summary: dict = {"budget_s": a.budget, "bench": {}, "peers": {}}
+    from jaxmech.cli import resolve_config
+
+    for k, cfg in enumerate(a.configs):
+        opts = bench.BenchOptions(
+            what=tuple(a.what.split(",")),
+            batches=tuple(int(b) for b in a.batch.split(",")),
+            precisions=tuple(a.precision.split(",")),
+            budget=max(end - time.perf_counter(), 0.0) / (jobs - k),
+        )
+        rep = bench.run(jm.load(resolve_config(cfg)), opts)
+        bench_report.print_report(rep, Console(width=140))
+        summary["bench"][cfg] = bench_report.clean(rep)
+        bench_report.plot(rep, RESULTS / f"all_{Path(cfg).stem}.png")
+    for k, name in enumerate(PEER_SCRIPTS if a.peers else ()):
+        share = max(end - time.perf_counter(), 0.0) / (len(PEER_SCRIPTS) - k)
         try:
-            mod = importlib.import_module(name)
-            out = _call(mod, share, a.dtypes, batches, a.quick)
-            res_file = common.RESULTS / f"{name}.json"
-            if (
-                out is None
-                and res_file.exists()
-                and res_file.stat().st_mtime >= time.time() - (time.perf_counter() - t0) - 1
-            ):
-                out = json.loads(res_file.read_text())
-            summary["results"][name] = out if isinstance(out, dict) else {"result": out}
-            status = "ok"
-        except Exception as e:  # one broken benchmark must not lose the others' results
-            summary["results"][name] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
-            status = f"error: {type(e).__name__}"
-        el = time.perf_counter() - t0
-        rows.append([name, status, f"{share:.0f}", f"{el:.1f}"])
-    for n in missing:
-        summary["results"][n] = {"skipped": "script not present"}
-        rows.append([n, "not present", "-", "-"])
-    common.print_table("all benchmarks", ["benchmark", "status", "budget share [s]", "elapsed [s]"], rows)
-    path = common.write_json("all", summary)
+            summary["peers"][name] = _peer(name, share, ["float64", "float32"], (1, 64, 1024)) if share > 5 else {}
+        except Exception as e:  # one broken script must not lose the others' results
+            summary["peers"][name] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+        print(f"{name}: {', '.join(summary['peers'][name]) or 'skipped (budget)'}")
+    path = RESULTS / "all.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=1, default=str))
     print(f"wrote {path}")
     return summary
 

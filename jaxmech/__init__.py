@@ -2,7 +2,7 @@
 
 Compile a mechanism graph once; then jitted, vmapped, differentiable functions give closure
 residuals with analytic Jacobians, assembly, velocity/acceleration reduction, actuator port maps
-and constrained dynamics. See DESIGN.md for conventions (angular-first twists, wxyz quaternions).
+and constrained dynamics. See docs/design.md for conventions (angular-first twists, wxyz quaternions).
 """
 
 from . import _xla
@@ -10,7 +10,7 @@ from . import _xla
 _xla.configure()  # before any JAX backend use; see _xla.py (CPU LAPACK deadlock)
 
 
-from . import lie, rank
+from . import envs, lie, rank, sysid
 from .assembly import STATUS_MESSAGES, AssemblyError, AssemblyResult, assemble
 from .closure import (
     check_jacobian,
@@ -22,14 +22,27 @@ from .closure import (
 )
 from .compile import compile
 from .constrained import ConstrainedDynamics, InverseDynamics, forward_dynamics, inverse_dynamics, support_mask
-from .curvature import closure_bias, closure_bias_autodiff
-from .dynamics import aba, crba, external_wrenches, gravity_torques, nonlinear_effects, rnea, spatial_inertia
+from .curvature import closure_bias, closure_bias_autodiff, closure_terms
+from .dynamics import (
+    Kinematics,
+    aba,
+    bias_forces,
+    crba,
+    external_wrenches,
+    gravity_torques,
+    kinematics,
+    mass_matrix,
+    nonlinear_effects,
+    rnea,
+    spatial_inertia,
+)
 from .graph import Graph, ModelError, pose
+from .independent import distribute_effort, mobility, reduced_effort, select_independent
 from .io import load, read_graph
 from .io.export import export_mjcf
 from .io.mujoco_convert import mujoco_qvel_to_v, v_to_mujoco_qvel
 from .io.pinocchio import q_from_pinocchio, q_to_pinocchio, to_pinocchio, v_from_pinocchio, v_to_pinocchio
-from .kinematics import (
+from .kinpass import (
     difference,
     forward_kinematics,
     frame_jacobian,
@@ -40,8 +53,11 @@ from .kinematics import (
 )
 from .mechanism import Mechanism
 from .reduction import (
+    ReductionError,
     TangentMap,
     acceleration_lift,
+    acceleration_lift_status,
+    independent_names,
     port_effort,
     port_jacobian,
     port_tangent_map,
@@ -51,10 +67,16 @@ from .reduction import (
     task_jacobian,
     tree_speed_lift,
 )
+from .sharding import shard
 from .simulate import SimState, StepInfo, rollout, rollout_batch, step, step_with_info
 from .tracking import TrackResult, track
 
 __all__ = [
+    "Kinematics",
+    "kinematics",
+    "mass_matrix",
+    "bias_forces",
+    "closure_terms",
     "ConstrainedDynamics",
     "InverseDynamics",
     "aba",
@@ -105,8 +127,15 @@ __all__ = [
     "random_configuration",
     "read_graph",
     "v_to_mujoco_qvel",
+    "ReductionError",
     "TangentMap",
     "acceleration_lift",
+    "acceleration_lift_status",
+    "independent_names",
+    "distribute_effort",
+    "mobility",
+    "reduced_effort",
+    "select_independent",
     "port_effort",
     "port_jacobian",
     "port_tangent_map",
@@ -115,6 +144,7 @@ __all__ = [
     "tangent_map_status",
     "task_jacobian",
     "tree_speed_lift",
+    "shard",
     "SimState",
     "StepInfo",
     "rollout",

@@ -51,7 +51,7 @@ import numpy as np
 
 from . import lie
 from .closure import _group_terms, _rows, closure_residual, closure_residual_and_jacobian
-from .kinematics import difference, integrate, joint_columns, joint_values, local_transforms_ext
+from .kinpass import difference, integrate, joint_columns, joint_values, local_transforms_ext
 from .mechanism import Mechanism
 from .rank import numerical_rank, rcond, select_rows
 
@@ -138,7 +138,9 @@ class AssemblyResult(eqx.Module):
     ``residual`` max-abs complete raw closure residual at ``q``; ``iterations`` corrector
     iterations; ``rank`` numerical rank of the closure Jacobian at ``q``; ``rcond`` reciprocal
     condition of the selected passive block at ``q``; ``rows`` (n_p,) physically selected rows;
-    ``lam`` the homotopy parameter reached."""
+    ``lam`` the homotopy parameter reached; ``active`` (na,) the velocity indices held at their
+    given values (the default chooses a valid set when the actuated one is not, see
+    :func:`default_active`)."""
 
     q: jnp.ndarray
     status: jnp.ndarray
@@ -148,6 +150,7 @@ class AssemblyResult(eqx.Module):
     rcond: jnp.ndarray
     rows: jnp.ndarray
     lam: jnp.ndarray
+    active: jnp.ndarray
 
     @property
     def success(self) -> jnp.ndarray:
@@ -184,11 +187,30 @@ def involved_coordinates(mech: Mechanism) -> np.ndarray:
     return np.asarray(mech.topo.touched_v, dtype=int)
 
 
+def default_active(mech: Mechanism) -> np.ndarray:
+    """Default active (held) velocity coordinates: the actuated ones when they are a valid
+    independent set at the model's projected ``q0``; otherwise (redundant actuation, or a
+    singular actuated set) the valid, best-conditioned set of
+    :func:`jaxmech.independent.reference_independent` (actuated first), restricted to
+    coordinates a closure row touches or that are actuated. A traced model keeps the actuated set."""
+    act = np.asarray(mech.topo.actuated_v, dtype=int)
+    if not mech.n_rows:
+        return act
+    from .independent import reference_independent
+
+    ind = reference_independent(mech)
+    touched = set(np.asarray(mech.topo.touched_v, int).tolist())
+    if ind is None or set(act.tolist()) & touched <= set(ind.tolist()):
+        return act
+    keep = touched | set(act.tolist())
+    return np.asarray([i for i in ind.tolist() if i in keep], dtype=int)
+
+
 def partition(mech: Mechanism, active=None) -> Partition:
-    """Resolve an ``active`` spec (None: actuated joints; joint names, ``'joint:k'`` for one
+    """Resolve an ``active`` spec (None: :func:`default_active`; joint names, ``'joint:k'`` for one
     coordinate, or integer v indices) into a static :class:`Partition`."""
     if active is None:
-        a = np.asarray(mech.topo.actuated_v, dtype=int)
+        a = default_active(mech)
     else:
         spec = [active] if isinstance(active, (str, int, np.integer)) else list(active)
         try:
@@ -535,7 +557,7 @@ def _prechecks(mech, part, q_in, finite_in, J0, opts):
 
 
 def _assemble_impl(mech: Mechanism, q_guess, part: Partition, opts: AssemblyOptions) -> AssemblyResult:
-    from .kinematics import normalize
+    from .kinpass import normalize
 
     m = jax.lax.stop_gradient(mech)
     dt = jnp.result_type(q_guess.dtype, mech.q0.dtype)
@@ -548,7 +570,8 @@ def _assemble_impl(mech: Mechanism, q_guess, part: Partition, opts: AssemblyOpti
         st0 = UNDERDETERMINED if n_p > mech.n_rows else CONVERGED
         status = jnp.where(finite_in, st0, NONFINITE_INPUT).astype(jnp.int32)
         status, residual, rank, rc, rows = _finish(m, part, q_in, opts, status, False, False, jnp.ones((), dt), dt)
-        return AssemblyResult(q_in, status, residual, jnp.zeros((), jnp.int32), rank, rc, rows, jnp.zeros((), dt))
+        act = jnp.asarray(part.active, jnp.int32)
+        return AssemblyResult(q_in, status, residual, jnp.zeros((), jnp.int32), rank, rc, rows, jnp.zeros((), dt), act)
     defect = defect_at(m, q_in)
     _, J0 = defected_residual_and_jacobian(m, q_in, 0.0, defect)
     pre = _prechecks(m, part, q_in, finite_in, J0, opts)
@@ -558,7 +581,7 @@ def _assemble_impl(mech: Mechanism, q_guess, part: Partition, opts: AssemblyOpti
     status, residual, rank, rc, rows = _finish(m, part, q_out, opts, pre, st.finished, st.too_small, st.rc_good, dt)
     q = _attach(part, mech, q_guess.astype(dt), jax.lax.stop_gradient(q_out), rows, status == CONVERGED)
     lam = jnp.where(st.finished, 1.0, st.lam_acc)
-    return AssemblyResult(q, status, residual, st.it, rank, rc, rows, lam)
+    return AssemblyResult(q, status, residual, st.it, rank, rc, rows, lam, jnp.asarray(part.active, jnp.int32))
 
 
 def _raise_if_failed(res: AssemblyResult, what: str) -> AssemblyResult:
@@ -579,7 +602,8 @@ def assemble(mech: Mechanism, q_guess, active=None, *, throw: bool = False, **op
     Args:
       mech: compiled mechanism.
       q_guess: (nq,) rough guess; its active entries are the prescribed active values.
-      active: None (the actuated joints, ``mech.topo.actuated_v``), joint names (``'joint:k'`` for
+      active: None (the actuated joints, or a valid best-conditioned set when they over- or
+        under-determine the closure, :func:`default_active`; see ``result.active``), joint names (``'joint:k'`` for
         one coordinate of a multi-dof joint) or integer velocity indices. Static.
       throw: raise :class:`AssemblyError` if the state did not converge.
       **options: static :class:`AssemblyOptions` fields (``tol``, ``max_iter``, ``rcond_min``, ...).

@@ -8,7 +8,6 @@ Sub-commands live next to the code they drive and register themselves on :data:`
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from pathlib import Path
 
@@ -144,7 +143,7 @@ def info(
         console.print(f"ports: {', '.join(f'{n} ({ty})' for n, ty in zip(t.port_names, t.port_types, strict=False))}")
 
 
-for _mod in ("cli_assembly", "cli_demo"):
+for _mod in ("cli_assembly", "cli_demo", "cli_bench"):
     try:
         importlib.import_module(f"{__package__}.{_mod}")
     except ModuleNotFoundError as _e:  # command module not present in this build
@@ -153,9 +152,10 @@ for _mod in ("cli_assembly", "cli_demo"):
 
 
 def main() -> None:
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
     app(prog_name="jaxmech")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m jaxmech.cli: run the package module's app, where sub-commands registered
+    from jaxmech.cli import main as _main
+
+    sys.exit(_main())

@@ -64,7 +64,7 @@ def demo(
     from . import plots
     from .assembly import assemble, partition
     from .dynamics import gravity_torques
-    from .kinematics import frame_pose
+    from .kinpass import frame_pose
     from .reduction import port_jacobian, tangent_map
     from .simulate import SimState, make_rollout
     from .tracking import active_q_indices, track

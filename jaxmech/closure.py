@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lie
-from .kinematics import integrate, joint_columns, joint_values, local_transforms_ext
+from .kinpass import integrate, joint_columns, joint_values, local_transforms_ext
 from .mechanism import LoopGroup, Mechanism
 
 

@@ -26,6 +26,9 @@ Forward dynamics, two forms that agree to round-off:
 * ``method="kkt"``: Cholesky ``M = L L^T``, one forward substitution ``Z = L^-1 [tau - h, C_s^T]``,
   Schur complement ``K = C_s M^-1 C_s^T = Z_C^T Z_C`` (Cholesky), then
   ``lambda_s = K^-1 (-gamma_s - C_s M^-1 (tau - h))``, ``a = M^-1 (tau - h + C_s^T lambda_s)``.
+* ``method="kkt_blocks"``: the same equations per independent component of blocks of ``M`` (one
+  block per subtree of the world) and closure rows, with the unrolled, LAPACK-free routines of
+  :mod:`jaxmech.linalg` (rows chosen by pivoted Gram-Schmidt); cost linear in independent loops.
 * ``method="projected"``: ``(E^T M E) udot = E^T (tau - h - M a_gamma)``, ``a = E udot + a_gamma``,
   with ``E`` a basis of ``null(C)`` and ``C a_gamma = -gamma``. Default ``E``: the orthogonal
   projector ``P = I - C_s^T (C_s C_s^T)^-1 C_s = E E^T`` (solve ``(P M P + I - P) x = P b``; valid
@@ -47,8 +50,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import linalg
 from .curvature import closure_terms_world
-from .dynamics import _rnea, _World
+from .dynamics import _rnea, _World, kinematics
 from .mechanism import Mechanism
 from .rank import select_rows_ranked
 
@@ -154,13 +158,79 @@ def _cho_solve(L, b):
     return jax.scipy.linalg.cho_solve((L, True), b)
 
 
-def _finish(rows: _Rows, C, gamma, a, lam, extra_bad=None):
-    err = jnp.max(jnp.abs(C @ a + gamma)) if rows.s else jnp.zeros((), a.dtype)
+def _kkt_dense(M, rows: _Rows, b):
+    """``(a, lambda_s)`` on the selected rows with LAPACK: Cholesky ``M = L L^T``, one forward
+    substitution ``Z = L^-1 [b, C_s^T]``, ``K = Z_C^T Z_C``, ``a = L^-T (z_b + Z_C lambda_s)``."""
+    L = jnp.linalg.cholesky(M)
+    if rows.k == 0:
+        return _cho_solve(L, b), jnp.zeros(0, M.dtype)
+    Z = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), lower=True)
+    zb, ZC = Z[:, 0], Z[:, 1:]
+    K = ZC.T @ ZC + rows.pad
+    lam_s = _cho_solve(jnp.linalg.cholesky(K), -rows.gs - ZC.T @ zb)
+    return jax.scipy.linalg.solve_triangular(L, zb + ZC @ lam_s, lower=True, trans="T"), lam_s
+
+
+def block_structure(mech: Mechanism) -> linalg.BlockKKT:
+    """The static :class:`jaxmech.linalg.BlockKKT` of ``mech`` (built once per topology)."""
+    topo = mech.topo
+    st = getattr(topo, "_block_kkt", None)
+    if st is None:
+        st = linalg.BlockKKT(topo, topo.lin_v if len(topo.coupling_names) else np.zeros(0, int))
+        object.__setattr__(topo, "_block_kkt", st)
+    return st
+
+
+def _kkt_solve(mech: Mechanism, M, C, gamma, row_mask, b, rtol):
+    """``(a, lambda, rank)`` of ``M a = b + C^T lambda``, ``C a = -gamma`` on rank-selected rows.
+
+    Per independent component (``block_structure``), all components vectorized together: the
+    Cholesky factors of the diagonal blocks of ``M`` (``M = L L^T`` blockwise), the rows chosen
+    by :func:`jaxmech.linalg.pivoted_rows` on ``stop_gradient(C)`` (rank: ``|R_tt| > rtol`` times
+    the largest row norm of ``C``; dropped rows get ``lambda = 0``), ``Z = L^-1 C_s^T``, the Schur
+    complement ``K = Z^T Z`` (identity on dropped rows), ``lambda = K^-1 (-gamma - Z^T L^-1 b)``
+    and ``a = L^-T L^-1 (b + C_s^T lambda)``. No LAPACK call; ``M`` must be block-diagonal over the
+    world's subtrees (true of every tree's mass matrix)."""
+    st = block_structure(mech)
+    nv, s, dt = mech.nv, mech.n_rows, M.dtype
+    cd, pad = st.comp_dof, st.pad_dof  # (c, nb, bs)
+    Mb = jnp.pad(M, ((0, 1), (0, 1)))[cd[..., :, None], cd[..., None, :]]
+    eye = np.eye(st.bs, dtype=bool)
+    Mb = jnp.where(pad[..., :, None] | pad[..., None, :], jnp.asarray(eye, dt), Mb)
+    L = linalg.cholesky(Mb)
+    zb = linalg.solve_lower(L, jnp.concatenate([b, jnp.zeros(1, dt)])[cd][..., None])[..., 0]
+    rank = jnp.zeros((), jnp.int32)
+    lam_full = jnp.zeros(s, dt)
+    if st.sc:
+        rows = st.comp_rows  # (c, sc)
+        mr = jnp.concatenate([row_mask.astype(dt), jnp.zeros(1, dt)])[rows]
+        Cc = jnp.pad(C, ((0, 1), (0, 1)))[rows[:, :, None, None], cd[:, None]] * mr[..., None, None]
+        gc = jnp.concatenate([gamma, jnp.zeros(1, dt)])[rows] * mr
+        nc, sc = rows.shape
+        k = min(sc, cd.shape[1] * st.bs)
+        order, d = linalg.pivoted_rows(jax.lax.stop_gradient(Cc).reshape(nc, sc, -1), k)
+        keep = (d > rtol * jnp.max(d[:, 0])) & (d > jnp.finfo(dt).tiny)  # (c, k)
+        rank = jnp.sum(keep).astype(jnp.int32)
+        sel = jnp.sum(jnp.where(keep[..., None], order[..., None] == np.arange(sc), 0.0), -2).astype(dt)
+        Z = linalg.solve_lower(L, jnp.moveaxis(Cc * sel[..., None, None], 1, -1))  # (c, nb, bs, sc)
+        K = jnp.sum(Z[..., :, None] * Z[..., None, :], (1, 2)) + (1.0 - sel)[..., None] * np.eye(sc)
+        rhs = -gc * sel - jnp.sum(Z * zb[..., None], (1, 2))
+        lam = linalg.cho_solve(linalg.cholesky(K), rhs) * sel  # (c, sc)
+        zb = zb + jnp.sum(Z * lam[:, None, None, :], -1)
+        lam_full = jnp.zeros(s + 1, dt).at[rows.ravel()].add(lam.ravel())[:s]
+    ac = linalg.solve_lower_t(L, zb[..., None])[..., 0]
+    a = jnp.zeros(nv + 1, dt).at[cd.ravel()].add(jnp.where(pad, 0.0, ac).ravel())[:nv]
+    return a, lam_full, rank
+
+
+def _finish(rows: _Rows, C, gamma, a, lam, rank=None):
+    err = jnp.max(jnp.abs(C @ a + gamma)) if C.shape[0] else jnp.zeros((), a.dtype)
     eps = jnp.finfo(a.dtype).eps
     scale = 1.0 + jnp.max(jnp.abs(gamma), initial=0.0) + jnp.max(jnp.abs(C), initial=0.0) * jnp.max(jnp.abs(a))
     finite = jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(lam))
     status = jnp.where(~finite, NONFINITE, jnp.where(err > jnp.sqrt(eps) * scale, INCONSISTENT, OK)).astype(jnp.int32)
-    return ConstrainedDynamics(a, lam, status, rows.rank.astype(jnp.int32), err)
+    rank = rows.rank if rank is None else rank
+    return ConstrainedDynamics(a, lam, status, rank.astype(jnp.int32), err)
 
 
 def forward_dynamics(
@@ -180,34 +250,29 @@ def forward_dynamics(
     ``q`` (nq,), ``v`` (nv,) (should satisfy ``C v = 0``), ``tau`` (nv,) generalized forces
     (joint units; add actuator efforts with ``jm.port_effort``), ``f_ext`` external wrenches (see
     :func:`jaxmech.dynamics.external_wrenches`), ``support`` an optional row / loop mask,
-    ``method`` ``"kkt"`` or ``"projected"``, ``E`` an optional null-space basis (nv, d) for the
+    ``method`` ``"kkt"``, ``"kkt_blocks"`` or ``"projected"``, ``E`` an optional null-space basis (nv, d) for the
     projected form (it must match the active rows), ``rtol`` the relative rank cutoff (1e-9 in
     float64, 1e-4 in float32). Returns :class:`ConstrainedDynamics`. A tree (no rows) gives the
     unconstrained ``M^-1 (tau - h)``."""
-    if method not in ("kkt", "projected"):
-        raise ValueError(f"method must be 'kkt' or 'projected', got {method!r}")
+    if method not in ("kkt", "kkt_blocks", "projected"):
+        raise ValueError(f"method must be 'kkt', 'kkt_blocks' or 'projected', got {method!r}")
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
     # one world-frame kinematics pass shared by M, h, C and gamma (jaxmech.dynamics._World)
-    w = _World(mech, q)
+    w = _World(mech, kin=kinematics(mech, q, v))
     V, Ab = w.motion(v)
     M = w.mass_matrix() + jnp.diag(mech.armature.astype(dt))
     h = _rnea(mech, w, q, v, None, f_ext, f_ext_reference, motion=(V, Ab))
     b = tau - h
     C, gamma = closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
-    rows = _Rows(C, gamma, _row_mask(mech, support, dt), rtol)
+    mask = _row_mask(mech, support, dt)
+    if method == "kkt_blocks":
+        a, lam, rank = _kkt_solve(mech, M, C, gamma, mask, b, rtol)
+        return _finish(None, C * mask[:, None], gamma * mask, a, lam, rank)
+    rows = _Rows(C, gamma, mask, rtol)
     if method == "kkt":
-        L = jnp.linalg.cholesky(M)
-        if rows.k == 0:
-            return _finish(rows, rows.C, rows.gamma, _cho_solve(L, b), jnp.zeros(rows.s, dt))
-        # one forward substitution for both right-hand sides: Z = L^-1 [b, C_s^T]; then
-        # K = C_s M^-1 C_s^T = Z_C^T Z_C and a = L^-T (z_b + Z_C lambda_s)
-        Z = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), lower=True)
-        zb, ZC = Z[:, 0], Z[:, 1:]
-        K = ZC.T @ ZC + rows.pad
-        lam_s = _cho_solve(jnp.linalg.cholesky(K), -rows.gs - ZC.T @ zb)
-        a = jax.scipy.linalg.solve_triangular(L, zb + ZC @ lam_s, lower=True, trans="T")
-        return _finish(rows, rows.C, rows.gamma, a, rows.scatter(lam_s))
+        a, lam_s = _kkt_dense(M, rows, b)
+        return _finish(rows, rows.C, rows.gamma, a, rows.scatter(lam_s) if rows.k else jnp.zeros(rows.s, dt))
     # projected
     G = rows.Cs @ rows.Cs.T + rows.pad  # Gram of the selected rows
     Lg = jnp.linalg.cholesky(G) if rows.k else None

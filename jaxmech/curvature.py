@@ -43,7 +43,7 @@ import numpy as np
 
 from . import lie
 from .closure import _group_parts, _rows, _select_groups, closure_jacobian
-from .kinematics import integrate, joint_columns, joint_values, local_transforms_ext
+from .kinpass import integrate, joint_columns, joint_values, local_transforms_ext
 from .mechanism import LoopGroup, Mechanism
 
 
@@ -237,3 +237,10 @@ def closure_terms_world(mech: Mechanism, R, p, cols, V=None, Ab=None):
     if not with_bias:
         return C, None
     return C, (jnp.concatenate(gs) if gs else jnp.zeros(0, dt))
+
+
+def closure_terms(mech: Mechanism, kin):
+    """``C`` (s, nv) and ``gamma`` (s,) (None when ``kin`` has no velocity) from one
+    :func:`jaxmech.kinematics` pass: the same rows as :func:`jaxmech.closure_jacobian` and
+    :func:`closure_bias`."""
+    return closure_terms_world(mech, kin.R, kin.p, kin.cols, kin.V, kin.Ab)

@@ -9,7 +9,7 @@ transform ``X_i`` (parent -> child pose) and ``Ad_i = Ad_{X_i^-1}`` (parent twis
     f_i = I_i A_i - ad_{V_i}^T I_i V_i - f_ext_i,   f_parent += Ad_i^T f_i
 
 The world "accelerates" with ``(0, -g)`` (the usual gravity trick). ``S_i`` are the generic
-joint columns of :func:`jaxmech.kinematics.joint_columns`; ``Sdot_i v_i`` (non-zero for
+joint columns of :func:`jaxmech.kinpass.joint_columns`; ``Sdot_i v_i`` (non-zero for
 universal joints) is a ``jax.jvp`` of the columns along (th1, th2, d). Every pass is
 level-parallel: one vectorized update per depth level, child results segment-summed into parents.
 
@@ -36,13 +36,24 @@ or a dict {body or frame name: wrench (6,)}; ``f_ext_reference`` says in which f
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from . import lie
 from .curvature import joint_bias
-from .kinematics import _frame_lookup, compose_tree, joint_columns, joint_values, local_transforms
+from .kinpass import (
+    _frame_lookup,
+    _levels,
+    _pad2,
+    _world_poses,
+    compose_tree,
+    joint_columns,
+    joint_values,
+    local_poses,
+    local_transforms,
+)
 from .mechanism import Mechanism
 
 # ----------------------------------------------------------------------------- helpers
@@ -78,27 +89,6 @@ def _per_body(mech: Mechanism, x: jnp.ndarray) -> jnp.ndarray:
     vi = mech.topo.v_index
     xe = jnp.concatenate([x, jnp.zeros(1, x.dtype)])
     return xe[np.where(vi >= 0, vi, x.shape[0])]
-
-
-def _levels(mech: Mechanism):
-    """Padded level table (n_levels, width) and the parent of each entry (same shape) for ``lax.scan`` sweeps.
-
-    Slot ``nb`` is the world, slot ``nb + 1`` a scratch slot that absorbs the padding (its per-body
-    data are zeros, its parent is itself), so every level is one fixed-shape gather / scatter and
-    the traced program does not grow with the depth."""
-    topo = mech.topo
-    nb = len(topo.body_names)
-    width = max((len(lv) for lv in topo.levels), default=1)
-    tab = np.full((max(1, len(topo.levels)), width), nb + 1, dtype=np.int32)
-    for i, lv in enumerate(topo.levels):
-        tab[i, : len(lv)] = lv
-    par = np.concatenate([np.where(topo.parent < 0, nb, topo.parent), [nb + 1, nb + 1]]).astype(np.int32)
-    return tab, par[tab]
-
-
-def _pad2(x: jnp.ndarray) -> jnp.ndarray:
-    """Append two zero rows (world and scratch slots)."""
-    return jnp.concatenate([x, jnp.zeros((2,) + x.shape[1:], x.dtype)], 0)
 
 
 def _ad(V, x):
@@ -176,42 +166,64 @@ def _body_ancestor(mech: Mechanism) -> np.ndarray:
     return A
 
 
-def _world_poses(mech: Mechanism, X: jnp.ndarray):
-    """World rotations (nb, 3, 3) and positions (nb, 3) from local transforms: one ``lax.scan``
-    step per depth level (padded level table, so the program does not grow with the depth)."""
-    nb, dt = mech.nb, X.dtype
-    xs = _levels(mech)
-    Rl, pl = _pad2(X[:, :3, :3]), _pad2(X[:, :3, 3])
-    R0 = jnp.zeros((nb + 2, 3, 3), dt).at[nb].set(jnp.eye(3, dtype=dt))
+class Kinematics(eqx.Module):
+    """One kinematics pass of one state in world coordinates: what every later stage consumes.
 
-    def down(carry, x):
-        idx, pidx = x
-        R, p = carry
-        Rp = R[pidx]
-        return (R.at[idx].set(_mm3(Rp, Rl[idx])), p.at[idx].set(_rot(Rp, pl[idx]) + p[pidx])), None
+    ``R`` (nb, 3, 3) and ``p`` (nb, 3) world body poses; ``S`` (nb, 6, 9) body-frame motion
+    columns of every joint (generic columns, :func:`jaxmech.kinpass.joint_columns`); ``cols``
+    (nv, 6) world spatial motion column of each velocity coordinate (``Ad_T S``); with a velocity,
+    ``V`` (nb, 6) world spatial body twists and ``Ab`` (nb, 6) their velocity-product
+    accelerations (the spatial acceleration at ``a = 0`` without gravity); None without one."""
 
-    (R, p), _ = jax.lax.scan(down, (R0, jnp.zeros((nb + 2, 3), dt)), xs)
-    return R[:nb], p[:nb]
+    R: jnp.ndarray
+    p: jnp.ndarray
+    S: jnp.ndarray
+    cols: jnp.ndarray
+    V: jnp.ndarray | None = None
+    Ab: jnp.ndarray | None = None
+
+
+def kinematics(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray | None = None) -> Kinematics:
+    """The one kinematics pass (:class:`Kinematics`) of configuration ``q`` (nq,) and optional
+    velocity ``v`` (nv,): world poses by depth level, joint columns and world motion columns
+    written elementwise, body twists and velocity-product accelerations as static ancestor sums.
+    :func:`jaxmech.crba`, :func:`jaxmech.rnea`, the closure rows and curvature in
+    :func:`jaxmech.forward_dynamics` all start from it."""
+    topo = mech.topo
+    _, _, th1, th2, d = joint_values(mech, q)
+    R, p = _world_poses(mech, *local_poses(mech, q))
+    S = joint_columns(mech, th1, th2, d)
+    cols = twist_to_world(R[topo.v_body], p[topo.v_body], S[topo.v_body, :, topo.v_col])
+    if v is None:
+        return Kinematics(R, p, S, cols)
+    V, Ab = _motion(mech, R, p, S, cols, v)
+    return Kinematics(R, p, S, cols, V, Ab)
+
+
+def _motion(mech: Mechanism, R, p, S, cols, v):
+    """World body velocities ``V`` (nb, 6) and velocity-product accelerations ``Ab`` (nb, 6)."""
+    topo = mech.topo
+    vJ = cols * v[:, None]  # (nv, 6)
+    V = jnp.asarray(topo.ancestor, v.dtype) @ vJ
+    # per body: ad(V_b) (its own joint twist) + Ad_T (Sdot v)_b; own-joint twist by coordinate
+    own = jnp.asarray(topo.v_body[None, :] == np.arange(mech.nb)[:, None], v.dtype)
+    sd = twist_to_world(R, p, joint_bias(mech, S, v))
+    beta = _ad(V, own @ vJ) + sd
+    return V, jnp.asarray(_body_ancestor(mech), v.dtype) @ beta
 
 
 class _World:
-    """One forward-kinematics pass in world coordinates, shared by RNEA, CRBA and the closure terms.
+    """Dynamics helpers on one :class:`Kinematics` (shared by RNEA, CRBA and the closure terms).
 
-    ``R`` (nb, 3, 3), ``p`` (nb, 3) world poses; ``S`` (nb, 6, 9) body-frame joint columns;
-    ``cols`` (nv, 6) world spatial column of each velocity coordinate; ``anc`` (nb, nv) static
-    "coordinate moves body"; world inertia data ``mass`` (nb,), ``com`` (nb, 3) world COM,
-    ``Ic`` body-axes rotational inertia about the COM."""
+    ``R``, ``p``, ``S``, ``cols`` as in :class:`Kinematics`; ``anc`` (nb, nv) static "coordinate
+    moves body"; world inertia data ``mass`` (nb,), ``com`` (nb, 3) world COM."""
 
-    def __init__(self, mech: Mechanism, q: jnp.ndarray):
-        topo = mech.topo
-        dt = q.dtype
-        _, _, th1, th2, d = joint_values(mech, q)
-        self.mech = mech
-        self.R, self.p = _world_poses(mech, local_transforms(mech, q))
-        self.S = joint_columns(mech, th1, th2, d)
-        Sv = self.S[topo.v_body, :, topo.v_col]  # (nv, 6)
-        self.cols = twist_to_world(self.R[topo.v_body], self.p[topo.v_body], Sv)
-        self.anc = jnp.asarray(topo.ancestor, dt)  # (nb, nv)
+    def __init__(self, mech: Mechanism, q: jnp.ndarray | None = None, kin: Kinematics | None = None):
+        kin = kinematics(mech, q) if kin is None else kin
+        dt = kin.R.dtype
+        self.mech, self.kin = mech, kin
+        self.R, self.p, self.S, self.cols = kin.R, kin.p, kin.S, kin.cols
+        self.anc = jnp.asarray(mech.topo.ancestor, dt)  # (nb, nv)
         self.mass = mech.mass.astype(dt)
         self.com = self.p + _rot(self.R, mech.com.astype(dt))
 
@@ -231,14 +243,9 @@ class _World:
     def motion(self, v):
         """World body velocities ``V`` (nb, 6) and velocity-product accelerations ``Ab`` (nb, 6)
         (the spatial acceleration at ``a = 0`` without gravity)."""
-        vJ = self.cols * v[:, None]  # (nv, 6)
-        V = self.anc @ vJ
-        # per body: ad(V_b) (its own joint twist) + Ad_T (Sdot v)_b; own-joint twist by coordinate
-        own = jnp.asarray(self.mech.topo.v_body[None, :] == np.arange(self.mech.nb)[:, None], v.dtype)
-        sd = twist_to_world(self.R, self.p, joint_bias(self.mech, self.S, v))
-        beta = _ad(V, own @ vJ) + sd
-        Ab = jnp.asarray(_body_ancestor(self.mech), v.dtype) @ beta
-        return V, Ab
+        if self.kin.V is not None:
+            return self.kin.V, self.kin.Ab
+        return _motion(self.mech, self.R, self.p, self.S, self.cols, v)
 
     def mass_matrix(self):
         """``M`` (nv, nv) without armature: ``M[m, n] = s_m^T I^c_{b(n)} s_n`` for ``m`` moving ``b(n)``
@@ -350,6 +357,17 @@ def gravity_torques(mech: Mechanism, q) -> jnp.ndarray:
 
 
 # ----------------------------------------------------------------------------- CRBA
+
+
+def mass_matrix(mech: Mechanism, kin: Kinematics) -> jnp.ndarray:
+    """:func:`crba` from a :class:`Kinematics` pass: ``M`` (nv, nv), armature included."""
+    return _World(mech, kin=kin).mass_matrix() + jnp.diag(mech.armature.astype(kin.R.dtype))
+
+
+def bias_forces(mech: Mechanism, kin: Kinematics, v) -> jnp.ndarray:
+    """:func:`nonlinear_effects` from a :class:`Kinematics` pass (with ``V``/``Ab`` from ``v``), (nv,)."""
+    w = _World(mech, kin=kin)
+    return w.inverse_dynamics(*w.motion(v)) + mech.damping * v
 
 
 def crba(mech: Mechanism, q) -> jnp.ndarray:

@@ -189,7 +189,7 @@ class Graph:
 
     # ------------------------------------------------------------------ helpers
     def error(self, element: str, msg: str) -> ModelError:
-        return ModelError(f"{_where(self.source)}{element}: {msg}")
+        return ModelError(" ".join(f"{_where(self.source)}{element}: {msg}".split()))  # one line (array reprs wrap)
 
     def _num(self, element: str, what: str, x) -> float:
         """One finite number (a string, bool or None is refused, not converted)."""

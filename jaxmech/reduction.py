@@ -36,7 +36,8 @@ from . import lie, rank
 from .closure import closure_jacobian
 from .curvature import closure_bias
 from .graph import WORLD, Graph, pose
-from .kinematics import forward_kinematics, frame_jacobian, frame_pose, motion_columns
+from .independent import choose_independent, coordinate_names, mobility
+from .kinpass import forward_kinematics, frame_jacobian, frame_pose, motion_columns
 from .mechanism import Mechanism
 
 #: Status codes of :class:`TangentMap` (and their messages).
@@ -72,8 +73,10 @@ def touched_v(mech: Mechanism) -> np.ndarray:
 
 
 def default_independent(mech: Mechanism) -> np.ndarray:
-    """Static default independent speeds: the actuated coordinates plus every coordinate that
-    no closure row touches (e.g. an unconstrained floating base), sorted."""
+    """Static preferred independent speeds: the actuated coordinates plus every coordinate that
+    no closure row touches (e.g. an unconstrained floating base), sorted. The default of
+    :func:`tangent_map` starts from this preference but keeps it only where it is a valid set at
+    the state (:func:`jaxmech.independent.select_independent`)."""
     t = mech.topo
     free = np.setdiff1d(np.arange(t.nv), touched_v(mech))
     return np.unique(np.concatenate([np.asarray(t.actuated_v, int), free])).astype(int)
@@ -104,25 +107,35 @@ def _solve_block(C, I, D, nD: int, extra=None, rcond_tol: float = 1e-10):
     return rows, rc, X
 
 
+def _concrete_model(mech: Mechanism) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(mech))
+
+
 def _nonzero_sorted(mask, size):
     return jnp.nonzero(mask, size=size, fill_value=0)[0].astype(jnp.int32)
 
 
 def _choose(mech: Mechanism, q, C, independent, d):
-    """(I, D) index arrays (static numpy or traced) and d."""
+    """(I, D, d, rc_sel): index arrays (static numpy or traced), d, and the selection's condition
+    estimate (None for a named set)."""
     nv = mech.nv
+    if independent is None:
+        I, D, rc_sel, d = choose_independent(mech, C, d)
+        return I, D, d, rc_sel
     if isinstance(independent, str) and independent == "auto":
+        if d is None and isinstance(q, jax.core.Tracer) and _concrete_model(mech):
+            d = mobility(mech)
         if d is None:
             if isinstance(q, jax.core.Tracer):
                 raise ValueError(
-                    "tangent_map(independent='auto') needs a static mobility under jit/vmap: pass d= "
-                    "(e.g. d = mech.nv - int(rank.numerical_rank(closure_jacobian(mech, q0))))"
+                    "tangent_map(independent='auto') needs a static mobility when the model is traced: pass d= "
+                    "(e.g. d = jm.mobility(mech) outside the traced function)"
                 )
             d = nv - int(rank.numerical_rank(C))
         d = int(d)
-        cols, _ = rank.select_columns(C, nv - d)
+        cols, _ = rank.select_columns(jax.lax.stop_gradient(C), nv - d)
         mask = jnp.zeros(nv, bool).at[cols].set(True)
-        return _nonzero_sorted(~mask, d), _nonzero_sorted(mask, nv - d), d
+        return _nonzero_sorted(~mask, d), _nonzero_sorted(mask, nv - d), d, None
     I = _resolve(mech, independent)
     if d is not None and int(d) != I.size:
         raise ValueError(f"{mech.name}: d={d} but {I.size} independent speeds were named")
@@ -132,7 +145,7 @@ def _choose(mech: Mechanism, q, C, independent, d):
             f"{mech.name}: {I.size} independent speeds named but the closure has only {C.shape[0]} rows; "
             f"at least nv - s = {nv - C.shape[0]} are needed"
         )
-    return I, D, I.size
+    return I, D, I.size, None
 
 
 def tangent_map_status(
@@ -145,19 +158,24 @@ def tangent_map_status(
 ) -> TangentMap:
     """Tangent map ``E`` (nv, d) with ``C(q) E = 0`` and a status.
 
-    ``independent``: None (default: ``mech.topo.actuated_v`` plus coordinates no closure row
-    touches), a list of joint names / ``'joint:k'`` / velocity indices (see
+    ``independent``: None (default: a valid, best-conditioned set of ``d`` speeds chosen at ``q``
+    by :func:`jaxmech.independent.select_independent`, actuated coordinates first, then those no
+    closure row touches, then passive ones; ``d`` defaults to the model's mobility
+    :func:`jaxmech.independent.mobility`; the choice is ``result.independent``, named by
+    :func:`independent_names`), a list of joint names / ``'joint:k'`` / velocity indices (see
     ``mech.v_indices``), ``"auto"`` (column-pivoted QR of ``C`` picks the best-conditioned
-    dependent set; the mobility ``d`` must be static: pass ``d=`` under jit/vmap, otherwise it is
-    computed concretely from ``q`` by SVD rank), or ``"ports"`` (see :func:`port_tangent_map`).
+    dependent set; ``d``: the SVD rank at a concrete ``q``, :func:`jaxmech.independent.mobility`
+    of a concrete model under jit/vmap, else pass ``d=``), or ``"ports"`` (see :func:`port_tangent_map`).
     ``status`` is ``SINGULAR`` when the selected block's rcond < ``rcond_tol`` and
     ``INCONSISTENT`` when ``|C E|_inf > tol * max(1, |C|_inf |E|_inf)``."""
     if isinstance(independent, str) and independent == "ports":
         return port_tangent_map_status(mech, q, rcond_tol=rcond_tol, tol=tol)
     C = closure_jacobian(mech, q)
-    I, D, d = _choose(mech, q, C, independent, d)
+    I, D, d, rc_sel = _choose(mech, q, C, independent, d)
     nv, nD = mech.nv, mech.nv - d
     rows, rc, X = _solve_block(C, I, D, nD, rcond_tol=rcond_tol)
+    if rc_sel is not None:  # no valid set of this size: the selection's own estimate says so
+        rc = jnp.where(rc_sel > 0, rc, 0.0)
     E = jnp.zeros((nv, d), C.dtype).at[I, jnp.arange(d)].set(1.0)
     if nD:
         E = E.at[D].set(X)
@@ -171,10 +189,36 @@ def _finish(C, E, I, D, rows, rc, rcond_tol, tol):
     return TangentMap(E, I, D, jnp.asarray(rows, jnp.int32), rc, res, status)
 
 
+class ReductionError(ValueError):
+    """Raised by the plain :func:`tangent_map` / :func:`acceleration_lift` when the lift is not
+    valid (``C E != 0`` or ``C a + gamma != 0``); the ``*_status`` variants return the status."""
+
+
+def check_status(status, out, what: str):
+    """Return ``out`` if ``status`` is ``OK``; otherwise raise :class:`ReductionError` eagerly, or
+    through ``eqx.error_if`` when ``status`` is traced (jit / vmap)."""
+    if isinstance(status, jax.core.Tracer):
+        return eqx.error_if(out, status != OK, f"{what}: invalid lift (C E != 0 or singular; use the *_status variant)")
+    s = np.asarray(status).ravel()
+    bad = s[s != OK]
+    if bad.size:
+        raise ReductionError(f"{what}: {STATUS_MESSAGES[int(bad[0])]} ({bad.size} of {s.size} states)")
+    return out
+
+
 def tangent_map(mech: Mechanism, q: jnp.ndarray, independent=None, d: int | None = None) -> jnp.ndarray:
-    """Tangent map ``E`` (nv, d), ``C E = 0``; see :func:`tangent_map_status` for the options
-    and a status code (a singular choice of speeds gives a finite but invalid E here)."""
-    return tangent_map_status(mech, q, independent, d).E
+    """Tangent map ``E`` (nv, d), ``C E = 0``; see :func:`tangent_map_status` for the options.
+    Raises :class:`ReductionError` (eagerly, or via ``eqx.error_if`` under jit/vmap) unless the
+    status is ``OK``: it never returns an invalid map silently."""
+    tm = tangent_map_status(mech, q, independent, d)
+    return check_status(tm.status, tm.E, f"{mech.name}: tangent_map")
+
+
+def independent_names(mech: Mechanism, tm: TangentMap) -> list[str]:
+    """Names of the independent speeds a (single-state) :class:`TangentMap` chose, in column order
+    of ``E`` (``'joint'`` or ``'joint:k'``)."""
+    names = coordinate_names(mech)
+    return [names[int(i)] for i in np.asarray(tm.independent).ravel()]
 
 
 def tree_speed_lift(mech: Mechanism, E: jnp.ndarray, joints=None) -> jnp.ndarray:
@@ -184,28 +228,56 @@ def tree_speed_lift(mech: Mechanism, E: jnp.ndarray, joints=None) -> jnp.ndarray
     return E if joints is None else E[mech.v_indices(list(joints))]
 
 
-def acceleration_lift(
-    mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, udot: jnp.ndarray, independent=None, d: int | None = None
+def acceleration_lift_status(
+    mech: Mechanism,
+    q: jnp.ndarray,
+    v: jnp.ndarray,
+    udot: jnp.ndarray,
+    independent=None,
+    d: int | None = None,
+    rcond_tol: float = 1e-10,
+    tol: float = 1e-8,
 ):
-    """Consistent acceleration ``a = E udot + a_gamma`` (nv,) with ``C a + gamma = 0``.
+    """Consistent acceleration ``a = E udot + a_gamma`` (nv,) with ``C a + gamma = 0``, and the
+    :class:`TangentMap` ``tm`` of ``E`` whose status also covers ``C a + gamma`` (``INCONSISTENT``
+    when ``|C a + gamma|_inf > tol * max(1, |C| |a|, |gamma|)``).
 
     ``a_gamma`` is the particular solution that is zero on the independent coordinates
     (``a[I] = udot``) and solves the selected rows on the dependent ones:
     ``a_gamma[D] = -C_D[rows]^-1 gamma[rows]``. Same ``independent`` / ``d`` options as
-    :func:`tangent_map_status` (not ``"ports"``). Returns ``(a, E)``."""
+    :func:`tangent_map_status` (not ``"ports"``). Returns ``(a, tm)``."""
     if isinstance(independent, str) and independent == "ports":
         raise ValueError("acceleration_lift: independent='ports' is not supported; lift with joint speeds")
     C = closure_jacobian(mech, q)
     gam = closure_bias(mech, q, v)
-    I, D, d = _choose(mech, q, C, independent, d)
+    I, D, d, rc_sel = _choose(mech, q, C, independent, d)
     nD = mech.nv - d
     E = jnp.zeros((mech.nv, d), C.dtype).at[I, jnp.arange(d)].set(1.0)
     a = jnp.zeros(mech.nv, C.dtype).at[I].set(udot)
+    rows, rc = jnp.zeros(0, jnp.int32), jnp.ones((), C.dtype)
     if nD:
-        _, _, X = _solve_block(C, I, D, nD, extra=gam)
+        rows, rc, X = _solve_block(C, I, D, nD, extra=gam, rcond_tol=rcond_tol)
         E = E.at[D].set(X[:, :d])
         a = a.at[D].set(X[:, :d] @ udot + X[:, d])
-    return a, E
+    if rc_sel is not None:
+        rc = jnp.where(rc_sel > 0, rc, 0.0)
+    tm = _finish(C, E, jnp.asarray(I, jnp.int32), jnp.asarray(D, jnp.int32), rows, rc, rcond_tol, tol)
+    if C.size:
+        err = jnp.max(jnp.abs(C @ a + gam))
+        scale = jnp.maximum(1.0, jnp.maximum(jnp.max(jnp.abs(C)) * jnp.max(jnp.abs(a)), jnp.max(jnp.abs(gam))))
+        status = jnp.where((tm.status == OK) & (err > tol * scale), INCONSISTENT, tm.status).astype(jnp.int32)
+        tm = TangentMap(tm.E, tm.independent, tm.dependent, tm.rows, tm.rcond, jnp.maximum(tm.residual, err), status)
+    return a, tm
+
+
+def acceleration_lift(
+    mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, udot: jnp.ndarray, independent=None, d: int | None = None
+):
+    """Consistent acceleration ``a`` (nv,) with ``C a + gamma = 0`` and the lift ``E`` (nv, d);
+    see :func:`acceleration_lift_status`. Returns ``(a, E)``; raises :class:`ReductionError`
+    (eagerly or via ``eqx.error_if``) when ``C E != 0`` or ``C a + gamma != 0``."""
+    a, tm = acceleration_lift_status(mech, q, v, udot, independent, d)
+    return check_status(tm.status, (a, tm.E), f"{mech.name}: acceleration_lift")
 
 
 # ----------------------------------------------------------------------------- task maps

@@ -19,6 +19,13 @@ Controls are actuator efforts ``f`` (nu,), mapped to generalized forces ``tau = 
 ``f^T p_dot = tau^T v``) when the mechanism declares ports, otherwise torques/forces of the
 actuated joint coordinates; ``actuation="generalized"`` passes tau (nv,) directly.
 
+Joint and stroke limits (``lower``/``upper`` of the 1-D joint coordinates: revolute, prismatic and
+the scalar coordinates of cylindrical/universal joints; hydraulic strokes are prismatic joints) are
+enforced, when ``limit_stiffness`` > 0, by a stiff one-sided spring-damper on the coordinate
+(:func:`limit_force`): ``tau_i = k_i (lower_i - q_i)_+ - k_i (q_i - upper_i)_+ - c_i v_i [violated]``.
+It is zero inside the limits, so it changes nothing for motions that respect them; off by default.
+Choose ``k_i = w^2 M_ii`` (``w`` well below ``1/dt``) for a stable explicit step.
+
 Everything acts on ONE state; batch with ``jax.vmap`` (``rollout_batch`` does it for you).
 """
 
@@ -32,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .closure import closure_residual_and_jacobian
-from .kinematics import forward_kinematics, integrate
+from .kinpass import forward_kinematics, integrate
 from .mechanism import Mechanism
 
 
@@ -98,6 +105,25 @@ def generalized_force(mech: Mechanism, q: jnp.ndarray, control: jnp.ndarray, act
     if nu == 0:
         return jnp.zeros(mech.nv, q.dtype)
     return actuation_matrix(mech, q, actuation).T @ control
+
+
+def limit_force(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, stiffness, damping=0.0) -> jnp.ndarray:
+    """Generalized limit force (nv,) on the 1-D joint coordinates (see the module docstring):
+    ``k (lower - q)_+ - k (q - upper)_+ - c v`` while a limit is violated, zero inside.
+    ``stiffness`` (N/m or N m/rad) and ``damping`` (N s/m or N m s/rad): scalars or (nv,)."""
+    t = mech.topo
+    lq, lv = np.asarray(t.lin_q, int), np.asarray(t.lin_v, int)
+    out = jnp.zeros(mech.nv, q.dtype)
+    if lq.size == 0:
+        return out
+    k = jnp.broadcast_to(jnp.asarray(stiffness, q.dtype), (mech.nv,))[lv]
+    c = jnp.broadcast_to(jnp.asarray(damping, q.dtype), (mech.nv,))[lv]
+    x = q[lq]
+    over = jnp.maximum(x - mech.upper[lq], 0.0)
+    under = jnp.maximum(mech.lower[lq] - x, 0.0)
+    active = (over > 0) | (under > 0)
+    f = k * (under - over) - jnp.where(active, c * v[lv], 0.0)
+    return out.at[lv].add(f)
 
 
 # ----------------------------------------------------------------------------- energy
@@ -182,13 +208,18 @@ def step_with_info(
     projection_iters: int = 3,
     actuation: str = "auto",
     with_energy: bool = False,
+    limit_stiffness=0.0,
+    limit_damping=0.0,
 ) -> tuple[SimState, StepInfo]:
     """One time step of length ``dt`` (s) with actuator efforts ``control`` (nu,), returning the
-    new :class:`SimState` and the :class:`StepInfo` diagnostics. See the module docstring."""
+    new :class:`SimState` and the :class:`StepInfo` diagnostics. See the module docstring;
+    ``limit_stiffness``/``limit_damping`` (scalars or (nv,)) switch on the joint-limit force."""
     from .dynamics import crba
 
     q, v = state.q, state.v
     tau = generalized_force(mech, q, control, actuation)
+    if not (isinstance(limit_stiffness, float | int) and limit_stiffness == 0):
+        tau = tau + limit_force(mech, q, v, limit_stiffness, limit_damping)
     if integrator == "euler":
         a = _accel(mech, q, v, tau, method)
         v1 = v + dt * a
@@ -288,10 +319,12 @@ def random_closed_configurations(mech: Mechanism, key, n: int, spread: float = 0
     along the mobility (``E`` = ``jm.tangent_map`` at q0, each speed ``u`` uniform in
     +-``spread``) followed by :func:`project_position`. Row 0 is the projected q0 itself. For
     environment targets, system-identification data and benchmarks (cheap: no homotopy)."""
-    from .reduction import tangent_map
+    from .reduction import tangent_map_status
 
     q0 = project_position(mech, mech.q0, 8)
-    E = tangent_map(mech, q0)
+    # the default independent set is valid even under redundant actuation; the status variant
+    # because the moves are projected onto the closure anyway (no raise inside a jitted sampler)
+    E = tangent_map_status(mech, q0).E
     u = jax.random.uniform(key, (n - 1, E.shape[1]), q0.dtype, -spread, spread)
     moved = jax.vmap(lambda uu: project_position(mech, integrate(mech, q0, E @ uu), iters))(u)
     return jnp.concatenate([q0[None], moved], 0)

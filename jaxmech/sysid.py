@@ -110,13 +110,30 @@ def set_theta(mech: Mechanism, bodies, theta) -> Mechanism:
 
 class Dataset(eqx.Module):
     """Samples of motion and port efforts: ``q`` (N, nq), ``v``/``a`` (N, nv) consistent with the
-    closure, ``Ep`` (N, nv, np) port lifts, ``f`` (N, np) measured efforts (N or N m)."""
+    closure, ``Ep`` (N, nv, np) port lifts, ``f`` (N, np) measured efforts (N or N m), optional
+    per-sample weights ``w`` (N,). Build from plain arrays with :meth:`from_measurements` (or
+    :meth:`from_encoders` when only the actuated coordinates were measured)."""
 
     q: jnp.ndarray
     v: jnp.ndarray
     a: jnp.ndarray
     Ep: jnp.ndarray
     f: jnp.ndarray
+    w: jnp.ndarray | None = None
+
+    @classmethod
+    def from_measurements(cls, mech: Mechanism, q, v, a, effort, weights=None, **tolerances) -> Dataset:
+        """See :func:`jaxmech.sysid_data.from_measurements`."""
+        from .sysid_data import from_measurements
+
+        return from_measurements(mech, q, v, a, effort, weights=weights, **tolerances)
+
+    @classmethod
+    def from_encoders(cls, mech: Mechanism, t, q_actuated, effort, **kw) -> Dataset:
+        """See :func:`jaxmech.sysid_data.from_encoders`."""
+        from .sysid_data import from_encoders
+
+        return from_encoders(mech, t, q_actuated, effort, **kw)
 
 
 def port_lift(mech: Mechanism, q) -> jnp.ndarray:

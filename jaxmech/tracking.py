@@ -39,7 +39,8 @@ from .assembly import (
     partition,
 )
 from .closure import closure_jacobian
-from .kinematics import difference, integrate
+from .independent import coordinate_names
+from .kinpass import difference, integrate
 from .mechanism import Mechanism
 from .rank import select_rows
 
@@ -50,7 +51,10 @@ class TrackResult(eqx.Module):
     ``q`` (n, nq) configurations; ``status`` (n,) int codes (:data:`STATUS_MESSAGES`);
     ``residual`` (n,) max-abs raw closure residual; ``iterations`` (n,) corrector iterations
     (direct + fallback); ``fallback`` (n,) bool, True where defect homotopy re-acquired the step;
-    ``rank`` (n,) closure rank; ``rcond`` (n,) reciprocal condition of the selected passive block."""
+    ``rank`` (n,) closure rank; ``rcond`` (n,) reciprocal condition of the selected passive block;
+    ``active`` (na,) the velocity indices the path prescribes (the default is the actuated set, or
+    a valid best-conditioned one when the actuators over-determine the closure:
+    :func:`jaxmech.assembly.default_active`)."""
 
     q: jnp.ndarray
     status: jnp.ndarray
@@ -59,6 +63,7 @@ class TrackResult(eqx.Module):
     fallback: jnp.ndarray
     rank: jnp.ndarray
     rcond: jnp.ndarray
+    active: jnp.ndarray
 
     @property
     def success(self) -> jnp.ndarray:
@@ -162,8 +167,8 @@ def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = F
     path = jnp.asarray(active_path)
     if path.ndim != 2 or path.shape[1] != aq.size:
         raise ValueError(
-            f"{mech.name}: active_path must have shape (n, {aq.size}) (columns: q entries {aq.tolist()}), "
-            f"got {path.shape}"
+            f"{mech.name}: active_path must have shape (n, {aq.size}) (columns: q entries {aq.tolist()}, "
+            f"active coordinates {[coordinate_names(mech)[i] for i in part.active]}), got {path.shape}"
         )
     q_start = jnp.asarray(q_start)
     dt = jnp.result_type(q_start.dtype, path.dtype, mech.q0.dtype)
@@ -193,5 +198,6 @@ def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = F
         cat(jnp.asarray(True), fb),
         cat(first.rank, rank),
         cat(first.rcond, rc),
+        jnp.asarray(part.active, jnp.int32),
     )
     return _raise_if_failed(res, f"{mech.name}: tracking") if throw else res

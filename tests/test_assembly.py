@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _shared import assemble_batch as _shared_assemble
 from scipy.spatial.transform import Rotation
 
 import jaxmech as jm
@@ -242,7 +243,7 @@ def test_stewart_forward_kinematics_from_perturbed_guesses(stewart, stewart_geom
     unreachable = q0.copy()
     unreachable[lq] = [0.5] * 5 + [3.0]  # leg 5 longer than any closure allows
     guesses[7] = unreachable
-    solve_st = jax.jit(jax.vmap(lambda m, q: jm.assemble(m, q), in_axes=(None, 0)))
+    solve_st = _shared_assemble  # the session's padded batched assembly (tests/_shared.py)
     r = solve_st(free, jnp.asarray(guesses))
     r = jax.tree.map(np.asarray, r)
     st = np.asarray(r.status)

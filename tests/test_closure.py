@@ -270,9 +270,9 @@ def test_unknown_loop_name(zoo):
         jm.closure_residual(zoo["mech"], zoo["qs"][0], loops=["nope"])
 
 
-def test_batched_jit_vmap(zoo):
+@pytest.mark.parametrize("n", [256, pytest.param(8192, marks=pytest.mark.slow)])
+def test_batched_jit_vmap(zoo, n):
     mech = zoo["mech"]
-    n = 8192
     keys = jax.random.split(jax.random.PRNGKey(3), n)
     qs = jax.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0)))(mech, keys)
     f = jax.jit(jax.vmap(jm.closure_residual_and_jacobian, in_axes=(None, 0)))

@@ -2,6 +2,7 @@
 support modes), against a 40-digit mpmath KKT solve (planar linkages with redundant rows), KKT
 against projected, and derivatives against finite differences."""
 
+import functools
 from pathlib import Path
 
 import equinox as eqx
@@ -11,6 +12,7 @@ import mpmath as mp
 import numpy as np
 import pinocchio as pin
 import pytest
+from _shared import closed_states, load, pad
 
 import jaxmech as jm
 
@@ -19,28 +21,19 @@ _CACHE = {}
 
 
 def _load(name):
-    if name not in _CACHE:
-        _CACHE[name] = jm.load(CONFIGS / f"{name}.toml")
-    return _CACHE[name]
+    return load(name)
 
 
 def _assembled(mech, n, spread, seed=0):
-    """Closed configurations: actuated coordinates perturbed around q0, then assembled."""
-    rng = np.random.default_rng(seed)
-    qa = mech.topo.actuated_v  # 1-dof actuated joints: q index == v index for these mechanisms
-    qi = np.array([mech.topo.q_start[mech.topo.v_body[k]] for k in qa])
-    Q = np.tile(np.asarray(mech.q0), (n, 1))
-    Q[:, qi] += rng.uniform(-spread, spread, (n, qi.size))
-    res = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))(jnp.asarray(Q))
-    ok = np.asarray(res.status) == 0
-    assert ok.sum() >= n // 2, f"assembly failed on too many states: {np.asarray(res.status)}"
-    return np.asarray(res.q)[ok]
+    """Closed configurations: actuated coordinates perturbed around q0, then assembled (one
+    padded compile per mechanism for the whole session, tests/_shared.py)."""
+    return closed_states(mech, n, spread, seed)
 
 
 def _consistent_states(mech, Q, seed=0, rows=None):
     """Random velocities in null(C) (rows: optional row mask) and random efforts."""
     rng = np.random.default_rng(seed)
-    C = np.asarray(jax.vmap(lambda q: jm.closure_jacobian(mech, q))(jnp.asarray(Q)))
+    C = np.asarray(_padded(_jacobians)(mech, jnp.asarray(Q)))
     V = []
     for i, Ci in enumerate(C):
         if rows is not None:
@@ -55,8 +48,45 @@ def _consistent_states(mech, Q, seed=0, rows=None):
     return np.array(V), rng.normal(size=(len(Q), mech.nv))
 
 
-def _fd_fn(mech, **kw):
-    return jax.jit(jax.vmap(lambda q, v, t: jm.forward_dynamics(mech, q, v, t, **kw)))
+@jax.jit
+def _jacobians(mech, Q):
+    return jax.vmap(jm.closure_jacobian, (None, 0))(mech, Q)
+
+
+@jax.jit
+def _closure_terms(mech, Q, V):
+    """C, gamma (analytic), gamma (jvp autodiff), M and h per state: one compile per mechanism."""
+    return jax.vmap(
+        lambda q, v: (
+            jm.closure_jacobian(mech, q),
+            jm.closure_bias(mech, q, v),
+            jm.closure_bias_autodiff(mech, q, v),
+            jm.crba(mech, q),
+            jm.nonlinear_effects(mech, q, v),
+        )
+    )(Q, V)
+
+
+@functools.partial(jax.jit, static_argnames="method")
+def _fd_batch(mech, Q, V, T, method="kkt"):
+    return jax.vmap(lambda q, v, t: jm.forward_dynamics(mech, q, v, t, method=method))(Q, V, T)
+
+
+def _padded(f):
+    """Call ``f(mech, *batches)`` at the batch size padded to a multiple of 32 (one compilation
+    for every batch size up to 32), then drop the padding rows."""
+
+    def g(mech, *xs, **kw):
+        n = xs[0].shape[0]
+        out = f(mech, *(jnp.asarray(pad(np.asarray(x))) for x in xs), **kw)
+        return jax.tree.map(lambda y: y[:n], out)
+
+    return g
+
+
+def _fd_fn(mech, method="kkt"):
+    """Batched forward dynamics; jitted once per mechanism and method (the model is an argument)."""
+    return lambda Q, V, T: _padded(_fd_batch)(mech, Q, V, T, method=method)
 
 
 def _pin_fd(mech, model, cons, q, v, tau, mu=0.0, iters=1):
@@ -86,15 +116,14 @@ def test_stewart_vs_pinocchio(cfg):
         assert np.max(np.abs(A[i] - a_ref)) / np.max(np.abs(a_ref)) < 1e-10
     assert float(jnp.max(kkt.constraint_error)) < 1e-11
     # independent check of the closure: C a + gamma with gamma from jvp autodiff
-    gam = jax.vmap(lambda q, v: jm.closure_bias_autodiff(mech, q, v))(jnp.asarray(Q), jnp.asarray(V))
-    Cs = jax.vmap(lambda q: jm.closure_jacobian(mech, q))(jnp.asarray(Q))
+    Cs, _, gam, Ms, hs = _padded(_closure_terms)(mech, jnp.asarray(Q), jnp.asarray(V))
     assert float(jnp.max(jnp.abs(jnp.einsum("nij,nj->ni", Cs, kkt.a) + gam))) < 1e-11
     # KKT and projected agree, accelerations and multipliers
     assert float(jnp.max(jnp.abs(kkt.a - proj.a)) / jnp.max(jnp.abs(kkt.a))) < 1e-10
     assert float(jnp.max(jnp.abs(kkt.multipliers - proj.multipliers)) / jnp.max(jnp.abs(kkt.multipliers))) < 1e-10
     # the dynamics equation itself: M a + h = tau + C^T lambda
     i = 0
-    M, h = jm.crba(mech, Q[i]), jm.nonlinear_effects(mech, Q[i], V[i])
+    M, h = Ms[i], hs[i]
     np.testing.assert_allclose(M @ kkt.a[i] + h, T[i] + Cs[i].T @ kkt.multipliers[i], atol=1e-10)
 
 
@@ -133,8 +162,6 @@ def _mp_reference(M, h, C, gamma, tau, dps=40):
     ],
 )
 def test_planar_linkages_vs_mpmath(cfg):
-    if not (CONFIGS / f"{cfg}.toml").exists():
-        pytest.skip(f"configs/{cfg}.toml not present")
     mech = _load(cfg)
     Q = _assembled(mech, 6, 0.2, seed=2)
     V, T = _consistent_states(mech, Q, seed=2)
@@ -142,18 +169,9 @@ def test_planar_linkages_vs_mpmath(cfg):
     res = _fd_fn(mech)(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T))
     proj = _fd_fn(mech, method="projected")(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T))
     assert np.all(np.asarray(res.status) == 0)
-    parts = jax.jit(
-        jax.vmap(
-            lambda q, v: (
-                jm.crba(mech, q),
-                jm.nonlinear_effects(mech, q, v),
-                jm.closure_jacobian(mech, q),
-                jm.closure_bias(mech, q, v),
-            )
-        )
-    )(jnp.asarray(Q), jnp.asarray(V))
+    C_, g_, _, M_, h_ = _padded(_closure_terms)(mech, jnp.asarray(Q), jnp.asarray(V))
     for i in range(len(Q)):
-        M, h, C, g = (np.asarray(x[i]) for x in parts)
+        M, h, C, g = (np.asarray(x[i]) for x in (M_, h_, C_, g_))
         a_ref, r = _mp_reference(M, h, C, g, T[i])
         assert int(res.rank[i]) == r
         assert np.max(np.abs(np.asarray(res.a[i]) - a_ref)) / np.max(np.abs(a_ref)) < 1e-11

@@ -11,16 +11,15 @@ import pinocchio as pin
 import pytest
 
 import jaxmech as jm
+from jaxmech.io import resolve_resource
 
-ERD = Path(pin.__file__).parents[4] / "share" / "example-robot-data" / "robots"
 N_STATES = 16
 
 
 def _erd(rel):
-    p = ERD / rel
-    if not p.exists():  # pragma: no cover - example-robot-data layout differs
-        pytest.skip(f"example-robot-data file {rel} not found")
-    return str(p)
+    """The installed example-robot-data file (the package's own metadata lookup, as in test_io):
+    a missing file is a ModelError, i.e. a failure, not a skip."""
+    return str(resolve_resource("example-robot-data:" + rel))
 
 
 class Robot:
@@ -181,6 +180,9 @@ def test_damping_and_armature_conventions():
     np.testing.assert_allclose(h2 - g - 0.6 * v, 4 * cv, atol=1e-10)
 
 
+_rnea = jax.jit(jm.rnea)  # the model is an argument: one compilation per robot
+
+
 def test_to_pinocchio_round_trip(robot):
     """Our model exported to Pinocchio reproduces Pinocchio's own URDF model."""
     mech = robot.mech
@@ -192,7 +194,7 @@ def test_to_pinocchio_round_trip(robot):
         qp, vp = jm.q_to_pinocchio(mech, np.asarray(q[i])), jm.v_to_pinocchio(mech, np.asarray(v[i]))
         ap = jm.v_to_pinocchio(mech, np.asarray(a[i]))
         t = jm.v_from_pinocchio(mech, pin.rnea(model, data, qp, vp, ap))
-        assert _rel(t, np.asarray(jm.rnea(mech, q[i], v[i], a[i]))) < 1e-10
+        assert _rel(t, np.asarray(_rnea(mech, q[i], v[i], a[i]))) < 1e-10
         np.testing.assert_array_equal(jm.q_from_pinocchio(mech, qp), np.asarray(q[i]))
 
 

@@ -28,9 +28,9 @@ def fk_res(mech, q):
 
 
 def _n_equalities(mech) -> int:
-    """What export_mjcf writes: one equality per point/weld/universal/distance loop, two per
-    revolute cut, one per coupling."""
-    return sum(2 if t == "revolute" else 1 for t in mech.topo.loop_types) + len(mech.topo.coupling_names)
+    """What export_mjcf writes: one equality per point/weld/distance loop, two per revolute cut and
+    per universal cut (connect + tendon twist row), one per coupling."""
+    return sum(2 if t in ("revolute", "universal") else 1 for t in mech.topo.loop_types) + len(mech.topo.coupling_names)
 
 
 @pytest.mark.parametrize(
@@ -42,9 +42,13 @@ def test_export_round_trip(path, tmp_path):
     src = CONFIGS / path if (CONFIGS / path).exists() else DATA / path
     mech = jm.load(src)
     out = tmp_path / "out.xml"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # universal cut -> connect is announced by a warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         jm.export_mjcf(mech, out)
+    # exactly one warning per universal cut (exported as a connect) and nothing else
+    n_univ = mech.topo.loop_types.count("universal")
+    msgs = [str(w.message) for w in caught]
+    assert len(msgs) == n_univ and all("universal cut" in m for m in msgs), msgs
     m = mujoco.MjModel.from_xml_path(str(out))
     assert m.nbody - 1 == len(mech.body_names)
     assert (m.nq, m.nv) == (mech.nq, mech.nv)
@@ -70,7 +74,8 @@ def test_export_round_trip(path, tmp_path):
         for n in mech.topo.row_names:
             loop = n.split(":")[0]
             typ = dict(zip(mech.topo.loop_names, mech.topo.loop_types, strict=True)).get(loop, "coupling")
-            if typ in ("point", "weld", "coupling") and n in back.topo.row_names:
+            if typ in ("point", "weld", "coupling"):
+                assert n in back.topo.row_names, f"{path}: row {n} lost on re-import"
                 a, b = rb[back.topo.row_names.index(n)], r[mech.topo.row_names.index(n)]
                 if typ == "coupling":  # MuJoCo's form q1 = f(q2) normalizes the row (sign, scale)
                     a, b = abs(a), abs(b)

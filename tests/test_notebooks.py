@@ -17,6 +17,7 @@ def test_notebooks_exist_and_have_no_outputs():
         "02_stewart.ipynb",
         "03_sysid.ipynb",
         "04_throughput.ipynb",
+        "05_identify_measured.ipynb",
     ]
     for p in NOTEBOOKS:
         nb = nbformat.read(p, as_version=4)

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _shared import assemble_batch, load
 
 import jaxmech as jm
 from jaxmech import reduction as red
@@ -21,16 +22,10 @@ BATCH = 4
 
 
 def _load(configs_dir, name):
-    if name not in _MECHS:
-        p = configs_dir / f"{name}.toml"
-        if not p.exists():
-            pytest.skip(f"{name}.toml not shipped")
-        _MECHS[name] = jm.load(p)
-    return _MECHS[name]
+    return load(name)
 
 
 _STATES: dict = {}
-_MECHS: dict = {}
 
 
 def _assembled(mech, n, seed=0, scale=0.05):
@@ -44,7 +39,7 @@ def _assembled(mech, n, seed=0, scale=0.05):
     act_q = np.unique(act_q)
     noise = scale * jax.random.uniform(key, (n, act_q.size), minval=-1, maxval=1)
     guesses = jnp.broadcast_to(mech.q0, (n, mech.nq)).at[:, act_q].add(noise)
-    res = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))(guesses)
+    res = assemble_batch(mech, guesses)  # the session's padded compile (tests/_shared.py)
     ok = np.asarray(res.status) == 0
     assert ok.sum() >= max(1, n // 2), f"{mech.name}: assembly failed for {np.sum(~ok)} of {n} states"
     _STATES[ck] = res.q[ok]
@@ -81,7 +76,7 @@ def _null_dim(C, rtol=1e-9):
 
 def test_tangent_map_and_acceleration_lift(closed):
     mech, Q = closed
-    assert np.max(np.abs(jax.vmap(lambda q: jm.closure_residual(mech, q))(Q))) < 1e-9
+    assert np.max(np.abs(jax.jit(jax.vmap(jm.closure_residual, (None, 0)))(mech, Q))) < 1e-9
     n = Q.shape[0]
     d_auto = mech.nv - int(jm.rank.numerical_rank(jm.closure_jacobian(mech, Q[0])))
     tm0 = red.tangent_map_status(mech, Q[0], "auto")  # concrete q: d computed here
@@ -104,8 +99,8 @@ def test_tangent_map_and_acceleration_lift(closed):
         assert np.max(np.abs(C[k] @ a[k] + gam[k])) <= 1e-11 * max(1.0, np.abs(a[k]).max())
         # a = E udot + a_gamma with a[I] = udot
         np.testing.assert_allclose(a[k][np.asarray(tm.independent[k])], np.asarray(ud[k][:d]), atol=1e-13)
-    with pytest.raises(ValueError, match="static mobility"):
-        jax.jit(lambda q: red.tangent_map(mech, q, "auto"))(Q[0])
+    with pytest.raises(ValueError, match="static mobility"):  # a traced model has no static mobility
+        jax.jit(lambda m, q: red.tangent_map(m, q, "auto"))(mech, Q[0])
 
 
 _SLOW = pytest.mark.slow
@@ -190,8 +185,7 @@ def test_curvature_second_derivative_of_residual(configs_dir):
 )
 def test_port_jacobian_and_virtual_work(configs_dir, name):
     mech = _load(configs_dir, name)
-    if not mech.topo.port_names:
-        pytest.skip("no ports")
+    assert mech.topo.port_names, f"{name}: no ports"
     Q = _assembled(mech, BATCH)[:2]
 
     def f(q, v, fp):
@@ -274,7 +268,7 @@ def test_status_singular_and_inconsistent(configs_dir):
 
 
 def test_velocity_lift_matches_track_finite_differences(configs_dir):
-    track = getattr(jm, "track", None) or pytest.importorskip("jaxmech.tracking").track
+    track = jm.track
     mech = _load(configs_dir, "four_bar")
     q0 = _assembled(mech, BATCH)[0]
     th0 = float(q0[mech.q_slice("crank")][0])
@@ -306,8 +300,6 @@ def _go2_support_mech(configs_dir, feet):
 
 @pytest.mark.parametrize("feet,d", [(("FL", "RR"), 12), (("FL", "FR", "RL"), 9), (("FL", "FR", "RL", "RR"), 6)])
 def test_go2_support_modes(configs_dir, feet, d):
-    if not (configs_dir / "go2.toml").exists():
-        pytest.skip("go2 config missing")
     mech, _, base, q = _go2_support_mech(configs_dir, feet)
     # the supported mechanism's q layout equals the base one (same tree)
     assert mech.joint_names == base.joint_names
@@ -326,8 +318,6 @@ def test_go2_support_modes(configs_dir, feet, d):
 
 
 def test_panda_coupling_and_tool_target(configs_dir):
-    if not (configs_dir / "panda.toml").exists():
-        pytest.skip("panda config missing")
     g = jm.read_graph(configs_dir / "panda.toml")
     base = jm.compile(g)
     q = jnp.asarray(base.q0)

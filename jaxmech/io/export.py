@@ -10,7 +10,10 @@ is closed.
 
 Joints: revolute -> hinge, prismatic -> slide, cylindrical -> hinge + slide on the same axis,
 universal -> two hinges in the same body (named ``<joint>__1``, ``<joint>__2``; MuJoCo composes
-them in order, which is our ``Rot(axis1, q1) Rot(axis2, q2)``), spherical -> ball (its reference
+them in order, which is our ``Rot(axis1, q1) Rot(axis2, q2)``). A massless moving body with one
+child and nothing attached (a universal joint written as two revolutes through a massless body)
+is merged into its child: its joints go first into the child's body (MuJoCo rejects massless
+moving bodies); spherical -> ball (its reference
 is the identity quaternion: a ball's ``qpos`` is measured from the XML pose, so spherical
 coordinates of ``q_ref`` are reset to identity to keep the meaning of ``q``), free -> free joint
 (only at the root with identity joint frames, as every loader produces), fixed -> no joint.
@@ -24,7 +27,8 @@ weld           ``<weld site1 site2>`` (exact, 6 rows)
 pose           weld if all 6 axes, connect if exactly the 3 translations, otherwise skipped
 revolute       two connects: the frame origins and the points 0.1 m along z (6 rows, rank 5);
                ``revolute_cut="connect"``: one connect (planar loops)
-universal      connect only (approximate: the twist row "A.x orthogonal to B.y" is dropped)
+universal      connect plus a tendon equality between points ``revolute_span`` along A's x and B's
+               y axes (length ``span sqrt(2 - 2c)`` holds ``x_A . y_B = c``: 4 rows, exact)
 distance       spatial tendon between the two sites + tendon equality (length held)
 cylindrical,   skipped with a warning (no MuJoCo equality expresses them)
 prismatic
@@ -64,6 +68,93 @@ def _rot(axis, angle) -> np.ndarray:
     return Rotation.from_rotvec(np.asarray(axis) * angle).as_matrix()
 
 
+def _attached_bodies(mech) -> set[int]:
+    """Bodies that carry a named frame, a loop end or a port frame (they must stay MuJoCo bodies)."""
+    t = mech.topo
+    out = {int(b) for b in np.asarray(t.frame_body, dtype=int).ravel()}
+    out |= {int(b) for ab in t.loop_bodies for b in ab}
+    return out
+
+
+def _merged_into_child(mech) -> set[int]:
+    """Massless moving bodies merged into their only child: their joints go into the child's
+    MuJoCo body, before the child's own (MuJoCo composes the joints of a body in order), so a
+    universal joint written as two hinges through a massless body exports as two hinges in one
+    body. A body qualifies when its mass is 0, its joint moves (not fixed), it has exactly one
+    child, nothing attaches to it and neither it nor the child has a free or spherical joint."""
+    t = mech.topo
+    nb = len(t.body_names)
+    mass = np.asarray(mech.mass, dtype=float)
+    kids = {i: [c for c in range(nb) if int(t.parent[c]) == i] for i in range(nb)}
+    att = _attached_bodies(mech)
+    bad = ("free", "spherical")
+    out = set()
+    for i in range(nb):
+        ks = kids[i]
+        if mass[i] > 0 or t.joint_types[i] == "fixed" or len(ks) != 1 or i in att:
+            continue  # a massless welded body is fine in MuJoCo
+        if t.joint_types[i] in bad or t.joint_types[ks[0]] in bad:
+            continue
+        out.add(i)
+    return out
+
+
+def _joint_specs(mech, i, qr, ax1, ax2, axt, Xci, arm, damp) -> list[dict]:
+    """MuJoCo joint specs of tree joint ``i``: name, type, axis and anchor in the child body's
+    frame, q / v index, armature, damping (``ball`` for spherical; none for fixed / free)."""
+    t = mech.topo
+    jt, jn = t.joint_types[i], t.joint_names[i]
+    C = np.linalg.inv(Xci[i])
+    qs, vs = int(t.q_start[i]), int(t.v_start[i])
+    subs = []  # (mj name, type, axis in body, q index)
+    if jt == "revolute":
+        subs = [(jn, "hinge", C[:3, :3] @ ax1[i], qs)]
+    elif jt == "prismatic":
+        subs = [(jn, "slide", C[:3, :3] @ axt[i], qs)]
+    elif jt == "cylindrical":
+        subs = [(f"{jn}__1", "hinge", C[:3, :3] @ ax1[i], qs), (f"{jn}__2", "slide", C[:3, :3] @ axt[i], qs + 1)]
+    elif jt == "universal":
+        b1 = _rot(ax2[i], qr[qs + 1]).T @ ax1[i]
+        subs = [(f"{jn}__1", "hinge", C[:3, :3] @ b1, qs), (f"{jn}__2", "hinge", C[:3, :3] @ ax2[i], qs + 1)]
+    elif jt == "spherical":
+        subs = [(jn, "ball", np.array([0.0, 0.0, 1.0]), qs)]
+    return [
+        dict(name=n, type=ty, axis=ax, pos=C[:3, 3], q=qi, v=vs + k, ref=qr[qi], arm=arm[vs + k], damp=damp[vs + k])
+        for k, (n, ty, ax, qi) in enumerate(subs)
+    ]
+
+
+def _move_spec(sp: dict, T) -> dict:
+    """A joint spec expressed in a child frame whose pose in the spec's frame is ``T`` (4, 4)."""
+    R, p = T[:3, :3], T[:3, 3]
+    return {**sp, "axis": R.T @ sp["axis"], "pos": R.T @ (sp["pos"] - p)}
+
+
+def _emit_joint(body, sp: dict, model: str, lower, upper) -> None:
+    attrs = dict(name=sp["name"], type=sp["type"], pos=_s(sp["pos"]))
+    if sp["type"] != "ball":
+        attrs.update(axis=_s(sp["axis"]), ref=f"{sp['ref']:.17g}")
+        qi = sp["q"]
+        if np.isfinite(lower[qi]) and np.isfinite(upper[qi]):
+            attrs["range"] = _s([lower[qi], upper[qi]])
+        elif np.isfinite(lower[qi]) or np.isfinite(upper[qi]):
+            warnings.warn(f"{model}: joint '{sp['name']}': one-sided limit not exported", stacklevel=3)
+    attrs.update(armature=f"{sp['arm']:.17g}", damping=f"{sp['damp']:.17g}")
+    ET.SubElement(body, "joint", **attrs)
+
+
+def _length_equality(eq, tendon, nm, s1, s2, length, Tw, a, b, A, B) -> None:
+    """A two-site spatial tendon ``nm`` and a tendon equality holding its length at ``length`` (m)
+    (MuJoCo's form ``L - L(qpos0) = c0``; ``A`` / ``B`` the sites' poses on bodies ``a`` / ``b``)."""
+    sp = ET.SubElement(tendon, "spatial", name=nm)
+    ET.SubElement(sp, "site", site=s1)
+    ET.SubElement(sp, "site", site=s2)
+    pa = (Tw[a] if a >= 0 else np.eye(4)) @ A
+    pb = (Tw[b] if b >= 0 else np.eye(4)) @ B
+    L0 = np.linalg.norm(pb[:3, 3] - pa[:3, 3])
+    ET.SubElement(eq, "tendon", name=nm, tendon1=nm, polycoef=_s([length - L0, 0, 0, 0, 0]))
+
+
 def export_mjcf(
     mech, path=None, q=None, revolute_span: float = 0.1, revolute_cut: str = "two_connects", comment: str | None = None
 ) -> str:
@@ -76,7 +167,7 @@ def export_mjcf(
     parallel, e.g. a four-bar). ``comment``: text put at the top of the file."""
     if revolute_cut not in ("two_connects", "connect"):
         raise ValueError(f"revolute_cut must be 'two_connects' or 'connect', got {revolute_cut!r}")
-    from ..kinematics import local_transforms
+    from ..kinpass import local_transforms
 
     t = mech.topo
     nb = len(t.body_names)
@@ -99,10 +190,23 @@ def export_mjcf(
     elems: dict[int, ET.Element] = {-1: world}
     v_joint: dict[int, str] = {}  # velocity index -> MuJoCo joint name
     q_joint: dict[int, str] = {}
+    merged = _merged_into_child(mech)
+    pending: dict[int, tuple] = {}  # merged body -> (pose in its host parent's frame, joint specs in its frame)
     for i in range(nb):
         name, jt, jn = t.body_names[i], t.joint_types[i], t.joint_names[i]
-        parent = elems[int(t.parent[i])]
-        b = ET.SubElement(parent, "body", name=name, pos=_s(X[i][:3, 3]), quat=_s(_quat(X[i][:3, :3])))
+        par = int(t.parent[i])
+        Xi, specs = X[i], []
+        if par in pending:  # the parent is massless: its joints move into this body, before ours
+            Xp_acc, pspecs = pending[par]
+            Xi = Xp_acc @ X[i]
+            specs = [_move_spec(sp, X[i]) for sp in pspecs]
+            while par in pending:
+                par = int(t.parent[par])
+        specs += _joint_specs(mech, i, qr, ax1, ax2, axt, Xci, arm, damp)
+        if i in merged:
+            pending[i] = (Xi, specs)
+            continue
+        b = ET.SubElement(elems[par], "body", name=name, pos=_s(Xi[:3, 3]), quat=_s(_quat(Xi[:3, :3])))
         elems[i] = b
         if mass[i] > 0:
             I = inertia[i]
@@ -113,52 +217,20 @@ def export_mjcf(
                 mass=f"{mass[i]:.17g}",
                 fullinertia=_s([I[0, 0], I[1, 1], I[2, 2], I[0, 1], I[0, 2], I[1, 2]]),
             )
-        C = np.linalg.inv(Xci[i])
-        qs, vs = int(t.q_start[i]), int(t.v_start[i])
-        subs = []  # (mj name, type, axis in body, q index)
-        if jt == "revolute":
-            subs = [(jn, "hinge", C[:3, :3] @ ax1[i], qs)]
-        elif jt == "prismatic":
-            subs = [(jn, "slide", C[:3, :3] @ axt[i], qs)]
-        elif jt == "cylindrical":
-            subs = [(f"{jn}__1", "hinge", C[:3, :3] @ ax1[i], qs), (f"{jn}__2", "slide", C[:3, :3] @ axt[i], qs + 1)]
-        elif jt == "universal":
-            b1 = _rot(ax2[i], qr[qs + 1]).T @ ax1[i]
-            subs = [(f"{jn}__1", "hinge", C[:3, :3] @ b1, qs), (f"{jn}__2", "hinge", C[:3, :3] @ ax2[i], qs + 1)]
-        elif jt == "spherical":
-            ET.SubElement(
-                b,
-                "joint",
-                name=jn,
-                type="ball",
-                pos=_s(C[:3, 3]),
-                armature=f"{arm[vs]:.17g}",
-                damping=f"{damp[vs]:.17g}",
-            )
-        elif jt == "free":
+        if jt == "free":
             if t.parent[i] != -1 or not (np.allclose(Xp[i], np.eye(4)) and np.allclose(Xci[i], np.eye(4))):
                 raise ModelError(
                     f"{t.name}: joint '{jn}': MuJoCo free joints must join the world to a root body "
                     "with identity joint frames"
                 )
             ET.SubElement(b, "freejoint", name=jn)
-        for k, (mjn, typ, axis, qi) in enumerate(subs):
-            attrs = dict(
-                name=mjn,
-                type=typ,
-                pos=_s(C[:3, 3]),
-                axis=_s(axis),
-                ref=f"{qr[qi]:.17g}",
-                armature=f"{arm[vs + k]:.17g}",
-                damping=f"{damp[vs + k]:.17g}",
-            )
-            if np.isfinite(lower[qi]) and np.isfinite(upper[qi]):
-                attrs["range"] = _s([lower[qi], upper[qi]])
-            elif np.isfinite(lower[qi]) or np.isfinite(upper[qi]):
-                warnings.warn(f"{t.name}: joint '{jn}': one-sided limit not exported", stacklevel=2)
-            ET.SubElement(b, "joint", **attrs)
-            v_joint[vs + k] = mjn
-            q_joint[qi] = mjn
+        for sp in specs:
+            _emit_joint(b, sp, t.name, lower, upper)
+            if sp["type"] != "ball":
+                v_joint[sp["v"]] = sp["name"]
+                q_joint[sp["q"]] = sp["name"]
+    for k in merged:
+        elems[k] = None  # nothing attaches to a merged body (checked by _merged_into_child)
     # ------------------------------------------------------------------ frames -> sites
     fpose = np.array(mech.frame_pose)
     for k, f in enumerate(t.frame_names):
@@ -176,6 +248,9 @@ def export_mjcf(
     def site(body, nm, T):
         ET.SubElement(elems[int(body)], "site", name=nm, pos=_s(T[:3, 3]), quat=_s(_quat(T[:3, :3])))
 
+    from ..kinpass import forward_kinematics
+
+    Tw = np.array(forward_kinematics(mech, qr))
     for li, (nm, typ) in enumerate(zip(t.loop_names, t.loop_types, strict=True)):
         a, b = t.loop_bodies[li]
         A, B = Ta[li], Tb[li]
@@ -184,11 +259,16 @@ def export_mjcf(
         if typ == "pose":
             kind = "weld" if rows == (0, 1, 2, 3, 4, 5) else "point" if rows == (3, 4, 5) else None
         if kind in ("point", "weld", "universal"):
-            if kind == "universal":
-                warnings.warn(f"{t.name}: universal cut '{nm}' exported as a connect (twist row dropped)", stacklevel=2)
             site(a, f"{nm}__a", A)
             site(b, f"{nm}__b", B)
             ET.SubElement(eq, "weld" if kind == "weld" else "connect", name=nm, site1=f"{nm}__a", site2=f"{nm}__b")
+            if kind == "universal":  # twist row x_A . y_B = c: |(p_A + s x_A) - (p_B + s y_B)| = s sqrt(2 - 2c)
+                ex, ey = np.eye(4), np.eye(4)
+                ex[0, 3] = ey[1, 3] = revolute_span
+                site(a, f"{nm}__ax", A @ ex)
+                site(b, f"{nm}__by", B @ ey)
+                target = revolute_span * np.sqrt(max(2.0 - 2.0 * float(lengths[li]), 0.0))
+                _length_equality(eq, tendon, f"{nm}__twist", f"{nm}__ax", f"{nm}__by", target, Tw, a, b, A @ ex, B @ ey)
         elif kind == "revolute":
             off = np.eye(4)
             off[2, 3] = revolute_span
@@ -199,16 +279,7 @@ def export_mjcf(
         elif kind == "distance":
             site(a, f"{nm}__a", A)
             site(b, f"{nm}__b", B)
-            sp = ET.SubElement(tendon, "spatial", name=nm)
-            ET.SubElement(sp, "site", site=f"{nm}__a")
-            ET.SubElement(sp, "site", site=f"{nm}__b")
-            from ..kinematics import forward_kinematics
-
-            Tw = np.array(forward_kinematics(mech, qr))
-            pa = (Tw[a] if a >= 0 else np.eye(4)) @ A
-            pb = (Tw[b] if b >= 0 else np.eye(4)) @ B
-            L0 = np.linalg.norm(pb[:3, 3] - pa[:3, 3])
-            ET.SubElement(eq, "tendon", name=nm, tendon1=nm, polycoef=_s([lengths[li] - L0, 0, 0, 0, 0]))
+            _length_equality(eq, tendon, nm, f"{nm}__a", f"{nm}__b", float(lengths[li]), Tw, a, b, A, B)
         else:
             warnings.warn(f"{t.name}: {typ} closure '{nm}' has no MuJoCo equality; not exported", stacklevel=2)
     cq, co = np.array(mech.coupling_q), np.array(mech.coupling_offset)

@@ -13,7 +13,8 @@ mesh file never fails the load, see :func:`_spec_without_meshes`):
 * sites -> named frames; actuators with a joint transmission -> actuated joint plus a joint port
   (``gear``); a spatial tendon between exactly two sites -> a distance port;
 * ``<equality>``: connect (body-anchor and site forms) -> point constraint, weld -> weld
-  constraint, joint -> coupling (linear part of ``polycoef``; nonlinear terms raise), tendon
+  constraint, joint -> coupling (linear part of ``polycoef``; nonlinear terms raise), a linear
+  tendon equality on a two-site spatial tendon -> distance constraint, other tendon
   equalities are skipped with a warning; only equalities active at load (``eq_active0``) are read;
 * gravity from ``<option gravity>``.
 
@@ -58,11 +59,11 @@ def _spec_without_meshes(path: Path):
         msg = str(e)
         first = msg
     if not any(w in first.lower() for w in ("mesh", "resource", "file", "texture", "hfield", "stl", "obj")):
-        raise ModelError(f"{path}: MuJoCo rejected the model: {first.strip()}") from None
+        raise ModelError(f"{path}: MuJoCo rejected the model: {' '.join(first.split())}") from None
     try:
         spec = mujoco.MjSpec.from_file(str(path))
     except Exception as e:  # noqa: BLE001 - MuJoCo raises several types
-        raise ModelError(f"{path}: MuJoCo could not parse the model: {str(e).strip()}") from None
+        raise ModelError(f"{path}: MuJoCo could not parse the model: {' '.join(str(e).split())}") from None
     # Geometry is irrelevant here: turn mesh geoms into massless spheres and delete the assets.
     # A body whose inertia MuJoCo would have computed from a missing mesh cannot be exact: warn.
     affected = set()
@@ -87,7 +88,10 @@ def _spec_without_meshes(path: Path):
     try:
         return spec.compile()
     except Exception as e:  # noqa: BLE001
-        raise ModelError(f"{path}: MuJoCo rejected the model: {first.strip()} (also without meshes: {e})") from None
+        again = " ".join(str(e).split())
+        raise ModelError(
+            f"{path}: MuJoCo rejected the model: {' '.join(first.split())} (also without meshes: {again})"
+        ) from None
 
 
 def read_mjcf(path) -> Graph:
@@ -232,6 +236,14 @@ def graph_from_mjmodel(m, source: str | None = None, name: str | None = None) ->
                 g.add_coupling(
                     ename, {j1: 1.0, jnames[o2]: -c[1]} if o2 != o1 else {j1: 1.0 - c[1]}, -r1 - c[0] + c[1] * r2
                 )
+        elif et == mujoco.mjtEq.mjEQ_TENDON and o2 < 0 and not np.any(np.abs(data[1:5]) > 0):
+            # L - L(qpos0) = c0 on a two-site spatial tendon -> distance constraint (export_mjcf writes these)
+            adr, num = int(m.tendon_adr[o1]), int(m.tendon_num[o1])
+            if num != 2 or any(int(m.wrap_type[adr + k]) != mujoco.mjtWrap.mjWRAP_SITE for k in range(2)):
+                raise g.error(el, "only tendon equalities on a two-site spatial tendon are supported")
+            s1, s2 = int(m.wrap_objid[adr]), int(m.wrap_objid[adr + 1])
+            length = float(m.tendon_length0[o1]) + float(data[0])
+            g.add_constraint(ename, "distance", snames[s1], snames[s2], length=length)
         else:
             warnings.warn(f"{source}: {el}: equality type {et} (tendon/flex) is not supported; skipped", stacklevel=2)
     return g

@@ -295,7 +295,27 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
             p.get("b"),
             p.get("gear", 1.0),
         )
+    if not data.get("port"):
+        _ports_from_actuated(g, data.get("joint", []))
     return g
+
+
+def _ports_from_actuated(g: Graph, joints) -> None:
+    """``actuated = true`` on a ``[[joint]]`` of a file without ``[[port]]`` tables creates a joint
+    port per scalar coordinate (named after the joint; ``<joint>_<i>`` for two coordinates)."""
+    for j in joints:
+        if not j.get("actuated", False):
+            continue
+        name, typ = j["name"], j["type"]
+        n1 = {"revolute": 1, "prismatic": 1, "cylindrical": 2, "universal": 2}.get(typ, 0)
+        if n1 == 0:
+            raise g.error(
+                f"joint '{name}'",
+                f"actuated = true on a {typ} joint creates no port; add a [[port]] table "
+                f'(type = "joint" on a 1-D joint, or type = "distance" with frames a and b)',
+            )
+        for i in range(n1):
+            g.add_port(name if n1 == 1 else f"{name}_{i}", "joint", name, i)
 
 
 def read_toml(path) -> Graph:
@@ -306,4 +326,10 @@ def read_toml(path) -> Graph:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ModelError(f"{path}: TOML syntax error: {e}") from None
-    return graph_from_dict(data, str(path))
+    try:
+        return graph_from_dict(data, str(path))
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        # a value of the wrong kind that no element check caught (e.g. a table where a number
+        # belongs): still a one-line ModelError naming the file, never a traceback
+        msg = " ".join(str(e).split())
+        raise ModelError(f"{path}: invalid value ({type(e).__name__}: {msg})") from None

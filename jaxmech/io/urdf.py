@@ -79,7 +79,7 @@ def read_urdf(path, floating: bool = False) -> Graph:
             build_collision_scene_graph=False,
         )
     except Exception as e:  # noqa: BLE001 - yourdfpy raises assorted types
-        raise ModelError(f"{path}: could not parse URDF: {e}") from None
+        raise ModelError(f"{path}: could not parse URDF: {' '.join(str(e).split())}") from None
     robot = urdf.robot
     for link in robot.links:
         el = f"link '{link.name}'"

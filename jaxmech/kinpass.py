@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import lie
 from .mechanism import Mechanism
@@ -30,41 +31,135 @@ def joint_values(mech: Mechanism, q: jnp.ndarray):
     return qe[:, 0:3], qe[:, 3:7], qe[:, 7] - mech.offset_th, qe[:, 8], qe[:, 9] - mech.offset_d
 
 
+def mv3(R, x):
+    """``R x`` for (..., 3, 3), (..., 3), written out (fuses; XLA's CPU backend runs a batched
+    tiny ``dot`` several times slower than the elementwise form)."""
+    return R[..., :, 0] * x[..., 0, None] + R[..., :, 1] * x[..., 1, None] + R[..., :, 2] * x[..., 2, None]
+
+
+def mtv3(R, x):
+    """``R^T x`` for (..., 3, 3), (..., 3), written out."""
+    return R[..., 0, :] * x[..., 0, None] + R[..., 1, :] * x[..., 1, None] + R[..., 2, :] * x[..., 2, None]
+
+
+def mm3(A, B):
+    """``A @ B`` for (..., 3, 3) matrices, written out."""
+    return (
+        A[..., :, 0, None] * B[..., None, 0, :]
+        + A[..., :, 1, None] * B[..., None, 1, :]
+        + A[..., :, 2, None] * B[..., None, 2, :]
+    )
+
+
+def rot_unit_axis(a, th):
+    """Rotation about the unit axis ``a`` (..., 3) by ``th`` (...,): ``c 1 + s a^ + (1 - c) a a^T``."""
+    c, s = jnp.cos(th)[..., None, None], jnp.sin(th)[..., None, None]
+    return c * jnp.eye(3, dtype=a.dtype) + s * lie.hat(a) + (1.0 - c) * (a[..., :, None] * a[..., None, :])
+
+
 def _motion(mech: Mechanism, th1, th2, d):
     """The factors after G: R1 (nb,3,3), R2, and translation td (nb, 3)."""
-    R1 = lie.rot_axis(mech.axis1, th1)
-    R2 = lie.rot_axis(mech.axis2, th2)
+    R1 = rot_unit_axis(mech.axis1, th1)
+    R2 = rot_unit_axis(mech.axis2, th2)
     td = mech.axis_t * d[:, None]
     return R1, R2, td
 
 
+def _to_child(Rci, pci, w, v):
+    """``Ad_{X_child} (w, v)`` with ``X_child_inv = (Rci, pci)``: (..., 6)."""
+    return jnp.concatenate([mtv3(Rci, w), mtv3(Rci, v - jnp.cross(pci, w))], -1)
+
+
 def joint_columns(mech: Mechanism, th1, th2, d) -> jnp.ndarray:
-    """Body-frame motion columns of every joint in its child body frame, (nb, 6, 9)."""
+    """Body-frame motion columns of every joint in its child body frame, (nb, 6, 9).
+
+    With ``H1 = R1 R2 Trans(d)``: the G columns are ``Ad_{(H1 X_child_inv)^-1} e_k``, the th1 column
+    ``Ad_{X_child} (u, u x td)`` with ``u = R2^T axis1``, the th2 column ``Ad_{X_child} (axis2,
+    axis2 x td)`` and the d column ``Ad_{X_child} (0, axis_t)``; all written elementwise."""
     R1, R2, td = _motion(mech, th1, th2, d)
-    nb = R1.shape[0]
-    eye = jnp.broadcast_to(jnp.eye(3, dtype=R1.dtype), (nb, 3, 3))
-    zero = jnp.zeros_like(td)
-    H3 = lie.make_pose(eye, td)  # Trans(d)
-    H2 = lie.make_pose(R2, jnp.einsum("nij,nj->ni", R2, td))  # R2 Trans(d)
-    H1 = lie.make_pose(R1 @ R2, jnp.einsum("nij,nj->ni", R1 @ R2, td))  # R1 R2 Trans(d)
-    AdH1i = lie.adjoint(lie.se3_inv(H1))
-    col_G = AdH1i  # (nb, 6, 6): Ad_{H1^-1} e_k
-    col_th1 = jnp.einsum("nij,nj->ni", lie.adjoint(lie.se3_inv(H2)), jnp.concatenate([mech.axis1, zero], -1))
-    col_th2 = jnp.einsum("nij,nj->ni", lie.adjoint(lie.se3_inv(H3)), jnp.concatenate([mech.axis2, zero], -1))
-    col_d = jnp.concatenate([zero, mech.axis_t], -1)
-    S_M = jnp.concatenate([col_G, col_th1[..., None], col_th2[..., None], col_d[..., None]], -1)
-    # child frame = (moved joint frame) @ X_child_inv  =>  S_child = Ad_{X_child} S_M
-    return lie.adjoint(lie.se3_inv(mech.X_child_inv)) @ S_M
+    Rci, pci = mech.X_child_inv[:, :3, :3], mech.X_child_inv[:, :3, 3]
+    R12 = mm3(R1, R2)
+    RtT = jnp.swapaxes(mm3(R12, Rci), -1, -2)
+    pt = mv3(R12, td + pci)
+    BL = -mm3(RtT, lie.hat(pt))
+    z3 = jnp.zeros_like(RtT)
+    col_G = jnp.concatenate([jnp.concatenate([RtT, z3], -1), jnp.concatenate([BL, RtT], -1)], -2)
+    u = mtv3(R2, mech.axis1)
+    col_1 = _to_child(Rci, pci, u, jnp.cross(u, td))
+    col_2 = _to_child(Rci, pci, mech.axis2, jnp.cross(mech.axis2, td))
+    col_d = _to_child(Rci, pci, jnp.zeros_like(td), mech.axis_t)
+    return jnp.concatenate([col_G, jnp.stack([col_1, col_2, col_d], -1)], -1)
+
+
+def local_poses(mech: Mechanism, q: jnp.ndarray):
+    """Parent-to-child rotations (nb, 3, 3) and translations (nb, 3) of all moving bodies."""
+    pos, quat, th1, th2, d = joint_values(mech, q)
+    R1, R2, td = _motion(mech, th1, th2, d)
+    Rm = mm3(lie.quat_to_matrix(quat), mm3(R1, R2))
+    pm = pos + mv3(Rm, td)
+    Rp, pp = mech.X_parent[:, :3, :3], mech.X_parent[:, :3, 3]
+    Rc, pc = mech.X_child_inv[:, :3, :3], mech.X_child_inv[:, :3, 3]
+    RpRm = mm3(Rp, Rm)
+    return mm3(RpRm, Rc), mv3(RpRm, pc) + mv3(Rp, pm) + pp
 
 
 def local_transforms(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
-    """Parent-to-child transforms of all moving bodies, (nb, 4, 4)."""
+    """Parent-to-child transforms of all moving bodies, (nb, 4, 4).
+
+    Kept as matrix products (not :func:`local_poses`): the cycle-local closure rows are built on
+    it, and tests require a subset of loops to reproduce the full evaluation bit for bit, which
+    elementwise code does not guarantee across programs (XLA may contract it into FMAs
+    differently in each fusion)."""
     pos, quat, th1, th2, d = joint_values(mech, q)
-    R1, R2, td = _motion(mech, th1, th2, d)
+    R12 = lie.rot_axis(mech.axis1, th1) @ lie.rot_axis(mech.axis2, th2)
     Rq = lie.quat_to_matrix(quat)
-    R12 = R1 @ R2
+    td = mech.axis_t * d[:, None]
     M = lie.make_pose(Rq @ R12, pos + jnp.einsum("nij,nj->ni", Rq @ R12, td))
     return mech.X_parent @ M @ mech.X_child_inv
+
+
+def _levels(mech: Mechanism):
+    """Padded level table (n_levels, width) and the parent of each entry (same shape) for ``lax.scan`` sweeps.
+
+    Slot ``nb`` is the world, slot ``nb + 1`` a scratch slot that absorbs the padding (its per-body
+    data are zeros, its parent is itself), so every level is one fixed-shape gather / scatter and
+    the traced program does not grow with the depth."""
+    topo = mech.topo
+    nb = len(topo.body_names)
+    width = max((len(lv) for lv in topo.levels), default=1)
+    tab = np.full((max(1, len(topo.levels)), width), nb + 1, dtype=np.int32)
+    for i, lv in enumerate(topo.levels):
+        tab[i, : len(lv)] = lv
+    par = np.concatenate([np.where(topo.parent < 0, nb, topo.parent), [nb + 1, nb + 1]]).astype(np.int32)
+    return tab, par[tab]
+
+
+def _pad2(x: jnp.ndarray) -> jnp.ndarray:
+    """Append two zero rows (world and scratch slots)."""
+    return jnp.concatenate([x, jnp.zeros((2,) + x.shape[1:], x.dtype)], 0)
+
+
+def _world_poses(mech: Mechanism, Rl: jnp.ndarray, pl: jnp.ndarray):
+    """World rotations (nb, 3, 3) and positions (nb, 3) from local rotations and translations: one
+    ``lax.scan`` step per depth level (padded level table: the program does not grow with depth)."""
+    nb, dt = mech.nb, Rl.dtype
+    xs = _levels(mech)
+    Rl, pl = _pad2(Rl), _pad2(pl)
+    R0 = jnp.zeros((nb + 2, 3, 3), dt).at[nb].set(jnp.eye(3, dtype=dt))
+
+    def down(carry, x):
+        idx, pidx = x
+        R, p = carry
+        Rp = R[pidx]
+        return (R.at[idx].set(mm3(Rp, Rl[idx])), p.at[idx].set(mv3(Rp, pl[idx]) + p[pidx])), None
+
+    (R, p), _ = jax.lax.scan(down, (R0, jnp.zeros((nb + 2, 3), dt)), xs)
+    return R[:nb], p[:nb]
+
+
+def world_poses(mech: Mechanism, q: jnp.ndarray):
+    """World rotations (nb, 3, 3) and positions (nb, 3) of all moving bodies."""
+    return _world_poses(mech, *local_poses(mech, q))
 
 
 def local_transforms_ext(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
@@ -87,7 +182,7 @@ def compose_tree(mech: Mechanism, X: jnp.ndarray) -> jnp.ndarray:
 
 def forward_kinematics(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     """World poses of all moving bodies, shape (nb, 4, 4), in ``mech.body_names`` order."""
-    return compose_tree(mech, local_transforms(mech, q))
+    return lie.make_pose(*world_poses(mech, q))
 
 
 def _frame_lookup(mech: Mechanism, name: str):

@@ -1,0 +1,258 @@
+"""jaxmech against Pinocchio (and MJX if installed), side by side in one process, one core.
+
+The same closed states for every library; calls interleaved (jaxmech batch, peer loop, jaxmech
+batch, ...) so machine load hits both alike; the process pinned to one core (``--core``, or
+``--no-pin``). Per batch size and dtype it times, per state:
+
+* ``fk``   forward kinematics: ``jm.forward_kinematics`` / ``pin.forwardKinematics``;
+* ``closure`` closure rows: ``jm.closure_residual_and_jacobian`` / ``pin.computeJointJacobians``
+  + ``pin.getConstraintsJacobian`` (the whole constraint Jacobian);
+* ``fd``   constrained forward dynamics: ``jm.forward_dynamics`` / ``pin.constraintDynamics``;
+* ``id``   tree inverse dynamics: ``jm.rnea`` / ``pin.rnea``;
+* ``cid``  closed-chain inverse dynamics ``jm.inverse_dynamics`` (no peer).
+
+Peers run one state per call in a Python loop (their bindings cost ~0.5 us a call, included).
+Prints the ratio jaxmech / peer (below 1: jaxmech faster) and writes
+``benchmarks/results/compare.json``. Peers that are not installed are skipped (GPU machines).
+
+    taskset -c 0 python benchmarks/compare.py                 # batches 1 .. 65,536, float64 + float32
+    python benchmarks/compare.py --budget 300                 # skips the batches that would not fit
+    python benchmarks/compare.py --tiny                       # CI smoke: batch 1 and 64, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (XLA flags, then jaxmech, before any JAX use)
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxmech as jm  # noqa: E402
+
+common.enable_x64()
+
+try:
+    import pinocchio as pin  # noqa: E402
+except ImportError:  # GPU machines
+    pin = None
+try:
+    from mujoco import mjx  # noqa: E402
+except ImportError:
+    mjx = None
+
+OPS = ("fk", "closure", "fd", "id", "cid")
+BATCHES = (1, 64, 1024, 4096, 16384, 65536)
+
+
+# ----------------------------------------------------------------------------- states
+
+
+def closed_states(mech, n: int, spread: float = 0.03, seed: int = 0):
+    """n closed states (q from jm.assemble around q0), velocities in null(C), random efforts/accelerations."""
+    rng = np.random.default_rng(seed)
+    t = mech.topo
+    qa = t.actuated_v
+    qi = np.array([t.q_start[t.v_body[k]] + (k - t.v_start[t.v_body[k]]) for k in qa], dtype=int)
+    base = min(n, 64)
+    Q = np.tile(np.asarray(mech.q0), (base, 1))
+    if qi.size:
+        Q[:, qi] += rng.uniform(-spread, spread, (base, qi.size))
+    if mech.n_rows:
+        res = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))(jnp.asarray(Q))
+        Q = np.asarray(res.q)[np.asarray(res.status) == 0]
+        if not len(Q):
+            raise RuntimeError(f"{mech.name}: no state assembled")
+    Q = Q[np.arange(n) % len(Q)]
+    V = rng.normal(size=(n, mech.nv))
+    if mech.n_rows:
+        C = np.asarray(jax.jit(jax.vmap(lambda q: jm.closure_jacobian(mech, q)))(jnp.asarray(Q[:base])))
+        for i in range(min(n, base)):
+            _, S, Vt = np.linalg.svd(C[i])
+            r = int((S > 1e-9 * S[0]).sum())
+            V[i] = Vt[r:].T @ rng.normal(size=mech.nv - r)
+        V = V[np.arange(n) % min(n, base)]
+    return Q, V, rng.normal(size=(n, mech.nv)), rng.normal(size=(n, mech.nv))
+
+
+# ----------------------------------------------------------------------------- jaxmech
+
+
+def jax_fns(mech):
+    """op -> jitted batched function of (Q, V, T, A)."""
+    f = {
+        "fk": lambda m, q, v, t, a: jm.forward_kinematics(m, q),
+        "closure": lambda m, q, v, t, a: jm.closure_residual_and_jacobian(m, q),
+        "fd": lambda m, q, v, t, a: jm.forward_dynamics(m, q, v, t).a,
+        "id": lambda m, q, v, t, a: jm.rnea(m, q, v, a),
+        "cid": lambda m, q, v, t, a: jm.inverse_dynamics(m, q, v, a).tau,
+    }
+    return {k: jax.jit(jax.vmap(g, in_axes=(None, 0, 0, 0, 0))) for k, g in f.items()}
+
+
+# ----------------------------------------------------------------------------- peers
+
+
+class Pinocchio:
+    """Pinocchio 4 on the same model (``jm.to_pinocchio``); one state per call."""
+
+    name = "pinocchio"
+
+    def __init__(self, mech, Q, V, T, A):
+        self.model, self.cons = jm.to_pinocchio(mech)
+        self.data = self.model.createData()
+        self.cdatas = pin.StdVec_RigidConstraintData([c.createData() for c in self.cons])
+        pin.initConstraintDynamics(self.model, self.data, self.cons, self.cdatas)
+        C = np.asarray(jm.closure_jacobian(mech, jnp.asarray(Q[0])))
+        redundant = C.size and np.linalg.matrix_rank(C, 1e-9 * np.linalg.norm(C, 2)) < C.shape[0]
+        self.settings = pin.ProximalSettings(1e-12, 1e-6, 100) if redundant else pin.ProximalSettings(1e-12, 0.0, 1)
+        self.mech = mech
+        self.q = jm.q_to_pinocchio(mech, Q)
+        self.v, self.t, self.a = (jm.v_to_pinocchio(mech, x) for x in (V, T, A))
+
+    def ops(self):
+        m, d, cons, cd = self.model, self.data, self.cons, self.cdatas
+
+        def closure(q, v, t, a):
+            pin.computeJointJacobians(m, d, q)
+            return pin.getConstraintsJacobian(m, d, cons, cd)
+
+        return {
+            "fk": lambda q, v, t, a: pin.forwardKinematics(m, d, q),
+            "closure": closure,
+            "fd": lambda q, v, t, a: pin.constraintDynamics(m, d, q, v, t, cons, cd, self.settings),
+            "id": lambda q, v, t, a: pin.rnea(m, d, q, v, a),
+        }
+
+    def run(self, op, n: int) -> float:
+        """Seconds per state over the first n states."""
+        f = self.ops()[op]
+        q, v, t, a = self.q, self.v, self.t, self.a
+        t0 = time.perf_counter()
+        for i in range(n):
+            f(q[i], v[i], t[i], a[i])
+        return (time.perf_counter() - t0) / n
+
+    def fd_all(self, n: int) -> np.ndarray:
+        out = np.array(
+            [
+                pin.constraintDynamics(
+                    self.model, self.data, self.q[i], self.v[i], self.t[i], self.cons, self.cdatas, self.settings
+                )
+                for i in range(n)
+            ]
+        )
+        return jm.v_from_pinocchio(self.mech, out)
+
+
+def make_peers(mech, Q, V, T, A) -> list:
+    peers = []
+    if pin is not None:
+        try:
+            peers.append(Pinocchio(mech, Q, V, T, A))
+        except jm.ModelError as e:
+            print(f"pinocchio: skipped ({e})")
+    else:
+        print("pinocchio: not installed, skipped")
+    if mjx is None:
+        print("mjx: not installed, skipped")
+    return peers
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
+    n = max(batches)
+    Q, V, T, A = closed_states(mech, n, 0.03 if "stewart" in name else 0.2)
+    peers = make_peers(mech, Q, V, T, A)
+    rows = []
+    for dtype in dtypes:
+        m = common.cast(mech, dtype)
+        fns = jax_fns(m)
+        for b in batches:
+            if budget.left() <= 0:
+                print(f"{name} {jnp.dtype(dtype).name} batch {b}: skipped (--budget exhausted)")
+                rows.append({"mechanism": name, "dtype": jnp.dtype(dtype).name, "batch": b, "skipped": "budget"})
+                continue
+            args = [jnp.asarray(x[:b], dtype) for x in (Q, V, T, A)]
+            for op in ops:
+                t0 = time.perf_counter()
+                lowered = fns[op].lower(m, *args).compile()
+                compile_s = time.perf_counter() - t0
+                jax.block_until_ready(lowered(m, *args))
+                jt, pt = [], {p.name: [] for p in peers if op in p.ops()}
+                for _ in range(reps):
+                    s = time.perf_counter()
+                    jax.block_until_ready(lowered(m, *args))
+                    jt.append((time.perf_counter() - s) / b)
+                    for p in peers:
+                        if op in p.ops():
+                            pt[p.name].append(p.run(op, min(b, peer_states)))
+                row = {
+                    "mechanism": name,
+                    "nv": mech.nv,
+                    "rows": mech.n_rows,
+                    "op": op,
+                    "dtype": jnp.dtype(dtype).name,
+                    "batch": b,
+                    "jaxmech_us": 1e6 * min(jt),
+                    "jaxmech_median_us": 1e6 * float(np.median(jt)),
+                    "compile_s": compile_s,
+                }
+                msg = f"{name:10s} {op:8s} {row['dtype']:8s} batch {b:6d}: jaxmech {row['jaxmech_us']:9.2f} us"
+                for pn, ts in pt.items():
+                    row[f"{pn}_us"] = 1e6 * min(ts)
+                    row[f"ratio_jaxmech_over_{pn}"] = min(jt) / min(ts)
+                    msg += f"  {pn} {row[f'{pn}_us']:7.2f} us  ratio {row[f'ratio_jaxmech_over_{pn}']:6.3f}"
+                if op == "fd" and jnp.dtype(dtype) == jnp.float64:
+                    a = np.asarray(lowered(m, *args))
+                    for p in peers:
+                        k = min(b, peer_states)
+                        ref = p.fd_all(k)
+                        scale = np.max(np.abs(ref), axis=1, keepdims=True)
+                        row[f"fd_max_rel_diff_{p.name}"] = float(np.max(np.abs(a[:k] - ref) / scale))
+                        msg += f"  diff {row[f'fd_max_rel_diff_{p.name}']:.1e}"
+                print(msg + f"  (compile {compile_s:.1f} s)", flush=True)
+                rows.append(row)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mechs", default="stewart", help="comma-separated config names (configs/NAME.toml)")
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    ap.add_argument("--dtypes", default="float64,float32")
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--peer-states", type=int, default=256, help="states per peer timing loop")
+    ap.add_argument("--budget", type=float, default=None, help="seconds; batches started after it are skipped")
+    ap.add_argument("--tiny", action="store_true", help="CI smoke: batches 1,64, float64, 3 reps")
+    ap.add_argument("--core", type=int, default=0, help="CPU core to pin the process to")
+    ap.add_argument("--no-pin", action="store_true")
+    ap.add_argument("--out", default="compare")
+    args = ap.parse_args()
+    if not args.no_pin and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.core})
+    batches = [int(b) for b in args.batches.split(",")]
+    dtypes = [jnp.dtype(d).type for d in args.dtypes.split(",")]
+    reps = args.reps
+    if args.tiny:
+        batches, dtypes, reps = [1, 64], [jnp.float64], 3
+    budget = common.Budget(args.budget)
+    rows = []
+    for name in args.mechs.split(","):
+        mech = jm.load(common.CONFIGS / f"{name}.toml")
+        rows += bench(name, mech, batches, dtypes, args.ops.split(","), reps, budget, args.peer_states)
+    path = common.write_json(args.out, {"env": common.env_info([jnp.dtype(d).name for d in dtypes]), "results": rows})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

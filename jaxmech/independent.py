@@ -1,0 +1,233 @@
+"""Valid, best-conditioned independent coordinates and redundant actuation (issue 10, part 3).
+
+A set ``I`` of ``d`` velocity coordinates is a valid independent set at ``q`` when the remaining
+(dependent) columns ``C[:, D]`` of the closure Jacobian (s, nv) have full column rank
+``r = nv - d`` (``d`` the mobility): then ``C_D v_D = -C_I u`` fixes ``v_D`` and ``v = E u`` with
+``C E = 0``. The actuated coordinates are not always such a set: a redundantly actuated machine
+(the excavator: 8 actuators, mobility 7) has more, and at a singular state a square actuated set
+stops parametrizing the motion.
+
+:func:`select_independent` is the one selection (kept in one function so a batched factorization
+can replace it): a column-pivoted Gram-Schmidt over the columns of ``C`` that picks the ``r``
+*dependent* columns, the largest remaining column first within a preference tier: first the
+passive coordinates, then the actuated ones, then coordinates that no closure row touches. By the
+exchange property of linear independence this keeps as many actuated coordinates independent as
+any valid set can, and the pivoting makes the dependent block well conditioned (the same rule as
+LAPACK's ``geqp3``, restricted tier by tier). It is plain ``jnp`` with a fixed trip count
+(``r`` steps of ``O(s nv)``), so it vectorizes under ``jax.vmap`` without per-state LAPACK.
+
+The mobility ``d`` has to be static (it fixes shapes). :func:`mobility` computes it once per model
+from the rank of ``C`` at ``mech.q0`` projected onto the closure manifold (off the manifold the
+rank of a planar loop's redundant rows rises), and caches it by topology and parameters. A traced
+model (a ``jit`` argument) reuses the value of the last concrete model with the same topology:
+call :func:`mobility` once outside ``jit``, or pass ``d=``.
+
+Redundant actuation: actuator efforts ``f`` (na,) map to generalized forces ``tau = B f`` with
+``B = P^T`` (``P`` the port Jacobian, :func:`jaxmech.port_jacobian`), which preserves virtual work
+``f . pdot = tau . v``; on a tangent map ``v = E u`` the independent-speed forces are
+``tau_u = E^T B f`` (:func:`reduced_effort`). The inverse, efforts that produce given ``tau_u``,
+is not unique for ``na > d``: :func:`distribute_effort` returns the least-norm one, or the one of
+least weighted norm ``f^T W^-1 f``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .mechanism import Mechanism
+
+#: Preference tiers of :func:`coordinate_tiers` (higher = chosen as dependent first).
+PASSIVE, ACTUATED, FREE = 2, 1, 0
+
+_MOBILITY_CACHE: dict = {}
+_TOPOLOGY_CACHE: dict = {}
+
+
+def coordinate_names(mech: Mechanism) -> tuple[str, ...]:
+    """Name of every velocity coordinate (nv,): the joint name, or ``'joint:k'`` for coordinate
+    ``k`` of a multi-dof joint (the spelling :meth:`Mechanism.v_indices` accepts)."""
+    t = mech.topo
+    names = [""] * t.nv
+    for name in t.joint_names:
+        sl = mech.v_slice(name)
+        n = sl.stop - sl.start
+        for k in range(n):
+            names[sl.start + k] = name if n == 1 else f"{name}:{k}"
+    return tuple(names)
+
+
+def coordinate_tiers(mech: Mechanism) -> np.ndarray:
+    """Static preference tier of every velocity coordinate (nv,) int: ``PASSIVE`` (in some
+    closure row, not actuated), ``ACTUATED`` (an actuated joint or the joint of a joint port), or
+    ``FREE`` (no closure row touches it)."""
+    t = mech.topo
+    tier = np.full(t.nv, FREE, dtype=int)
+    tier[np.asarray(t.touched_v, dtype=int)] = PASSIVE
+    pv = np.asarray(t.port_v, dtype=int).ravel()
+    act = np.unique(np.concatenate([np.asarray(t.actuated_v, dtype=int), pv[pv >= 0]]))
+    tier[act] = np.where(tier[act] == PASSIVE, ACTUATED, FREE)
+    return tier
+
+
+def select_independent(C: jnp.ndarray, d: int, tiers, rtol: float = 1e-9, ptol: float = 1e-6):
+    """Choose ``d`` independent coordinates of a closure Jacobian ``C`` (s, nv).
+
+    Column-pivoted Gram-Schmidt picks the ``nv - d`` dependent columns: at each step the column of
+    largest remaining norm among the not yet chosen columns of the highest ``tiers`` value
+    (static (nv,) ints; :func:`coordinate_tiers`: passive before actuated before free) whose
+    remaining norm exceeds ``ptol`` times the largest column norm (so a preferred column that is
+    nearly dependent, e.g. an actuated coordinate near a dead centre, does not force an
+    ill-conditioned block); if none is left above that cutoff, the largest remaining column
+    overall. Columns below ``rtol`` count as dependent. ``d`` static.
+
+    Returns ``(I, D, rc)``: ``I`` (d,) and ``D`` (nv - d,) int32 sorted velocity indices, and
+    ``rc`` = (smallest pivot) / (largest column norm), a condition estimate of ``C[:, D]`` (0 when
+    the chosen columns do not have full rank, i.e. no valid set with this ``d``). Fixed shapes,
+    no LAPACK; runs under ``jit`` / ``vmap``."""
+    s, nv = C.shape
+    d = int(d)
+    r = nv - d
+    if r < 0:
+        raise ValueError(f"select_independent: d={d} exceeds the {nv} coordinates")
+    tiers = jnp.asarray(np.asarray(tiers, dtype=float))
+    dt = C.dtype
+    if r == 0 or s == 0:
+        idx = jnp.arange(nv, dtype=jnp.int32)
+        return idx[r:], idx[:r], jnp.asarray(1.0 if r == 0 else 0.0, dt)
+    n2 = jnp.sum(C * C, 0)
+    scale = jnp.maximum(jnp.max(n2), jnp.finfo(dt).tiny)
+    cut = (rtol * rtol) * scale
+    pcut = (ptol * ptol) * scale
+
+    def step(carry, _):
+        A, chosen, rc = carry
+        m2 = jnp.sum(A * A, 0)
+        rel = m2 / scale  # in [0, 1]
+        key = jnp.where(m2 > pcut, 2.0 * tiers + rel, rel - 10.0)
+        j = jnp.argmax(jnp.where(chosen, -jnp.inf, key))
+        nj = jnp.sqrt(m2[j])
+        qv = A[:, j] / jnp.where(nj > 0, nj, 1.0)
+        A = A - qv[:, None] * (qv @ A)[None, :]
+        A = A - qv[:, None] * (qv @ A)[None, :]  # second pass: keeps the remaining columns orthogonal
+        return (A, chosen.at[j].set(True), jnp.minimum(rc, nj / jnp.sqrt(scale))), None
+
+    (_, chosen, rc), _ = jax.lax.scan(step, (C, jnp.zeros(nv, bool), jnp.ones((), dt)), None, length=r)
+    rc = jnp.where(rc * rc > cut / scale, rc, 0.0)
+    I = jnp.nonzero(~chosen, size=d, fill_value=0)[0].astype(jnp.int32)
+    D = jnp.nonzero(chosen, size=r, fill_value=0)[0].astype(jnp.int32)
+    return I, D, rc
+
+
+def _is_concrete(*xs) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(xs))
+
+
+@partial(jax.jit, static_argnames=("rtol",))
+def _closed_reference(mech: Mechanism, q0: jnp.ndarray, rtol: float):
+    """``(rank, C)`` of the closure Jacobian after minimum-norm Gauss-Newton projection of ``q0``
+    onto the closure manifold (off the manifold the rank of redundant rows can be larger)."""
+    from .closure import closure_jacobian
+    from .rank import numerical_rank
+    from .simulate import project_position
+
+    C = closure_jacobian(mech, project_position(mech, q0, iters=10))
+    return numerical_rank(C, rtol), C
+
+
+def _reference(mech: Mechanism, rtol: float = 1e-9):
+    """Cached ``(d, I)`` of a model at its projected ``q0``: the mobility and the default
+    independent set there (numpy). A traced model (e.g. passed as a ``jit`` argument) gets the
+    values last computed for a concrete model of the same topology, or None."""
+    leaves = [x for x in jax.tree_util.tree_leaves(mech) if hasattr(x, "shape")]
+    if not _is_concrete(leaves):
+        return _TOPOLOGY_CACHE.get((mech.topo._hash, float(rtol)))
+    key = (mech.topo._hash, float(rtol), tuple(np.asarray(x).tobytes() for x in leaves))
+    if key not in _MOBILITY_CACHE:
+        with jax.ensure_compile_time_eval():
+            r, C = _closed_reference(mech, jnp.asarray(mech.q0), float(rtol))
+            d = int(mech.nv - int(r))
+            I, _, _ = select_independent(np.asarray(C), d, coordinate_tiers(mech), rtol)
+        if len(_MOBILITY_CACHE) > 64:
+            _MOBILITY_CACHE.clear()
+            _TOPOLOGY_CACHE.clear()
+        _MOBILITY_CACHE[key] = (d, np.asarray(I, dtype=int))
+    _TOPOLOGY_CACHE[(mech.topo._hash, float(rtol))] = _MOBILITY_CACHE[key]
+    return _MOBILITY_CACHE[key]
+
+
+def mobility(mech: Mechanism, rtol: float = 1e-9) -> int | None:
+    """Static mobility ``d = nv - rank C`` of the model: the rank at ``mech.q0`` projected onto
+    the closure manifold (minimum-norm Gauss-Newton), cached per topology and parameters. A traced
+    model (a ``jit`` argument) gets the value of the last concrete model with the same topology:
+    call ``jm.mobility(mech)`` once outside ``jit``; None if there was none (then pass
+    ``d=``). Computed at the model's reference pose: a ``q0`` at a singular configuration gives a
+    larger ``d`` (pass ``d=`` then)."""
+    if not mech.n_rows:
+        return mech.nv
+    ref = _reference(mech, rtol)
+    return None if ref is None else ref[0]
+
+
+def reference_independent(mech: Mechanism) -> np.ndarray | None:
+    """Static default independent set (sorted velocity indices) of a concrete model at its
+    projected ``q0`` (:func:`select_independent`, actuated first); None for a traced model."""
+    if not mech.n_rows:
+        return np.arange(mech.nv)
+    ref = _reference(mech)
+    return None if ref is None else ref[1]
+
+
+def default_d(mech: Mechanism) -> int:
+    """Static ``d`` for the default independent set: :func:`mobility` when the model is concrete,
+    else the number of actuated plus untouched coordinates (the pre-selection default; a wrong
+    count is then reported by the status)."""
+    d = mobility(mech)
+    if d is not None:
+        return d
+    return int(np.sum(coordinate_tiers(mech) != PASSIVE))
+
+
+def choose_independent(mech: Mechanism, C: jnp.ndarray, d: int | None = None):
+    """Default independent set at a state: ``(I, D, rc, d)`` from :func:`select_independent`
+    on ``C`` (s, nv) with the actuated-first preference, ``d`` = :func:`default_d` if None."""
+    d = default_d(mech) if d is None else int(d)
+    I, D, rc = select_independent(jax.lax.stop_gradient(C), d, coordinate_tiers(mech))
+    return I, D, rc, d
+
+
+# ----------------------------------------------------------------------------- redundant actuation
+
+
+def actuation_matrix(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
+    """``B = P^T`` (nv, na): generalized force of actuator efforts ``tau = B f`` (ports when the
+    model has ports, else the actuated joint coordinates)."""
+    from .reduction import port_jacobian
+
+    if len(mech.topo.port_names):
+        return port_jacobian(mech, q).T
+    act = np.asarray(mech.topo.actuated_v, dtype=int)
+    return jnp.eye(mech.nv, dtype=q.dtype)[:, act]
+
+
+def reduced_effort(mech: Mechanism, q: jnp.ndarray, E: jnp.ndarray, f: jnp.ndarray) -> jnp.ndarray:
+    """Generalized forces on the independent speeds ``tau_u = E^T B f`` (d,) of actuator efforts
+    ``f`` (na,); virtual work ``f . (P E u) = tau_u . u`` for every ``u``."""
+    return E.T @ (actuation_matrix(mech, q) @ f)
+
+
+def distribute_effort(mech: Mechanism, q: jnp.ndarray, E: jnp.ndarray, tau_u: jnp.ndarray, weights=None):
+    """Actuator efforts ``f`` (na,) that produce the independent-speed forces ``tau_u`` (d,),
+    ``E^T B f = tau_u``, of least weighted norm ``f^T W^-1 f`` with ``W = diag(weights)``
+    (default 1: least norm; a larger weight loads that actuator more). With ``A = B^T E = P E``
+    (na, d): ``f = W^1/2 pinv(A^T W^1/2) tau_u`` (SVD least squares), which is
+    ``W A (A^T W A)^-1 tau_u`` when the actuators span the mobility; directions no actuator
+    moves (``A`` rank-deficient, e.g. an idle spin) get the least-squares fit."""
+    A = actuation_matrix(mech, q).T @ E
+    w = jnp.ones(A.shape[0], A.dtype) if weights is None else jnp.asarray(weights, A.dtype)
+    sw = jnp.sqrt(w)
+    g = jnp.linalg.lstsq((sw[:, None] * A).T, tau_u)[0]
+    return sw * g

@@ -1,0 +1,124 @@
+"""MJCF export of every model that loads (issue 10, part 4): export -> MuJoCo -> ``jm.load``.
+
+MuJoCo is the independent reference: it must accept the file (no massless moving body), its own
+kinematics must reproduce our body poses, its equality constraints must hold at our closed
+configuration with their Jacobian annihilating our tangent map, and the re-imported model must keep
+the mass, nq, nv and the closure (rank and null space)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import jax
+import mujoco
+import numpy as np
+import pytest
+import scipy.linalg as sl
+
+import jaxmech as jm
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+_fk = jax.jit(jm.forward_kinematics)
+_C = jax.jit(jm.closure_jacobian)
+_res = jax.jit(jm.closure_residual)
+_assemble = jax.jit(jm.assemble)
+
+
+def _export(mech, q, tmp_path):
+    out = tmp_path / f"{mech.name}.xml"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is dropped or approximated
+        jm.export_mjcf(mech, out, q=q)
+    return out, mujoco.MjModel.from_xml_path(str(out))
+
+
+def _null(C):
+    return sl.null_space(C, rcond=1e-9)
+
+
+def _check_round_trip(mech, q, tmp_path):
+    q = np.asarray(q, dtype=float)
+    out, m = _export(mech, q, tmp_path)
+    # MuJoCo accepted it: every body with a joint has mass; mass, nq, nv kept
+    for b in range(1, m.nbody):
+        if m.body_jntnum[b]:
+            assert m.body_mass[b] > 0, mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b)
+    assert float(np.sum(m.body_mass)) == pytest.approx(float(np.sum(mech.mass)), rel=1e-12)
+    assert (m.nq, m.nv) == (mech.nq, mech.nv)
+    # MuJoCo's kinematics at our q (qpos has our meaning; spherical tree joints are measured from
+    # the XML pose, which export writes at identity) reproduce our body poses
+    m.opt.jacobian = mujoco.mjtJacobian.mjJAC_DENSE  # efc_J dense (nefc, nv)
+    d = mujoco.MjData(m)
+    d.qpos[:] = q
+    mujoco.mj_forward(m, d)
+    T = np.asarray(_fk(mech, q))
+    for b in range(1, m.nbody):
+        name = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b)
+        i = mech.body_names.index(name)
+        np.testing.assert_allclose(d.xpos[b], T[i][:3, 3], atol=1e-10)
+    # MuJoCo's equality constraints: satisfied at q, and their Jacobian annihilates our tangent map
+    eq = d.efc_type == mujoco.mjtConstraint.mjCNSTR_EQUALITY
+    assert np.max(np.abs(d.efc_pos[eq]), initial=0.0) <= 1e-10
+    C = np.asarray(_C(mech, q))
+    N = _null(C)
+    qvel = np.stack([np.asarray(jm.v_to_mujoco_qvel(mech, q, N[:, k])) for k in range(N.shape[1])], 1)
+    J = np.asarray(d.efc_J).reshape(d.nefc, m.nv)[eq]
+    assert np.max(np.abs(J @ qvel), initial=0.0) <= 1e-10
+    assert np.linalg.matrix_rank(J, tol=1e-9 * max(1.0, np.abs(J).max(initial=0.0))) == np.linalg.matrix_rank(
+        C, tol=1e-9
+    )
+    return out, m
+
+
+def _check_reimport(mech, q, out):
+    back = jm.load(out)
+    assert (back.nq, back.nv) == (mech.nq, mech.nv)
+    assert float(np.sum(back.mass)) == pytest.approx(float(np.sum(mech.mass)), rel=1e-12)
+    assert set(mech.frame_names) <= set(back.frame_names)
+    assert np.max(np.abs(np.asarray(_res(back, q))), initial=0.0) <= 1e-10
+    C, Cb = np.asarray(_C(mech, q)), np.asarray(_C(back, q))
+    N, Nb = _null(C), _null(Cb)
+    assert N.shape == Nb.shape
+    if N.size:
+        assert np.max(sl.subspace_angles(N, Nb)) <= 1e-9
+    return back
+
+
+def test_two_hinge_stewart(tmp_path):
+    """Universal joints written as two revolutes through a massless body (the MuJoCo/Pinocchio
+    way): export used to fail in MuJoCo ('mass and inertia of moving bodies ...')."""
+    mech = jm.load(CONFIGS / "stewart_two_hinge.toml")
+    yokes = [i for i, n in enumerate(mech.body_names) if n.endswith("_yoke")]
+    assert len(yokes) == 6 and np.all(np.asarray(mech.mass)[yokes] == 0)
+    q = np.asarray(mech.q0)
+    assert np.max(np.abs(np.asarray(_res(mech, q)))) <= 1e-12
+    out, m = _check_round_trip(mech, q, tmp_path)
+    assert m.nbody - 1 == len(mech.body_names) - 6  # each yoke merged into its barrel
+    barrel = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "leg_0_barrel")
+    assert m.body_jntnum[barrel] == 2  # u_x and u_y: two hinges in one body
+    # the same kinematics at a configuration off the closure (MuJoCo composes the two hinges in order)
+    qr = np.asarray(jm.random_configuration(mech, jax.random.PRNGKey(3), scale=0.4))
+    d = mujoco.MjData(m)
+    d.qpos[:] = qr
+    mujoco.mj_kinematics(m, d)
+    T = np.asarray(_fk(mech, qr))
+    for b in range(1, m.nbody):
+        i = mech.body_names.index(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b))
+        np.testing.assert_allclose(d.xpos[b], T[i][:3, 3], atol=1e-12)
+        np.testing.assert_allclose(d.xmat[b].reshape(3, 3), T[i][:3, :3], atol=1e-12)
+    _check_reimport(mech, q, out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("robot", ["excavator", "go2", "kangaroo", "panda", "stewart"])
+def test_paper_robot_round_trip(robot, tmp_path):
+    """The five paper robots, from the authors' files, assembled with default options."""
+    mech = jm.load(CONFIGS / f"{robot}_physical_graph.json")
+    jm.mobility(mech)  # static default independent set for the jitted assembly
+    res = _assemble(mech, mech.q0) if mech.n_rows else None
+    q = np.asarray(mech.q0 if res is None else res.q)
+    if res is not None:
+        assert float(res.residual) <= 1e-12, (robot, res.message())
+    out, _ = _check_round_trip(mech, q, tmp_path)
+    _check_reimport(mech, q, out)
