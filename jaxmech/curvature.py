@@ -43,7 +43,7 @@ import numpy as np
 
 from . import lie
 from .closure import _group_parts, _rows, _select_groups, closure_jacobian
-from .kinpass import integrate, joint_columns, joint_values, local_transforms_ext
+from .kinpass import integrate, joint_columns, joint_values, local_transforms_ext, mm3, mtv3, mv3
 from .mechanism import LoopGroup, Mechanism
 
 
@@ -175,25 +175,13 @@ def closure_bias_autodiff(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, loops
     return jax.jvp(Cv, (jnp.zeros((), q.dtype),), (jnp.ones((), q.dtype),))[1]
 
 
-def _rot(R, x):
-    return R[..., :, 0] * x[..., 0, None] + R[..., :, 1] * x[..., 1, None] + R[..., :, 2] * x[..., 2, None]
-
-
-def _rotT(R, x):
-    return R[..., 0, :] * x[..., 0, None] + R[..., 1, :] * x[..., 1, None] + R[..., 2, :] * x[..., 2, None]
-
-
-def _mm3(A, B):
-    return sum(A[..., :, k, None] * B[..., None, k, :] for k in range(3))
-
-
 def _to_local(R, p, x, axis=-1):
     """``Ad_{T^-1} x`` for world twists ``x`` with the 6 components on ``axis`` (-1 or -2)."""
     if axis == -2:  # (n, 6, m): columns
         R, p = R[:, None], p[:, None]
         x = jnp.swapaxes(x, -1, -2)
         return jnp.swapaxes(_to_local(R, p, x), -1, -2)
-    return jnp.concatenate([_rotT(R, x[..., :3]), _rotT(R, x[..., 3:] - jnp.cross(p, x[..., :3]))], -1)
+    return jnp.concatenate([mtv3(R, x[..., :3]), mtv3(R, x[..., 3:] - jnp.cross(p, x[..., :3]))], -1)
 
 
 def closure_terms_world(mech: Mechanism, R, p, cols, V=None, Ab=None):
@@ -217,9 +205,9 @@ def closure_terms_world(mech: Mechanism, R, p, cols, V=None, Ab=None):
         lb = np.array([topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)
         ba, bb = np.where(lb[:, 0] < 0, nb, lb[:, 0]), np.where(lb[:, 1] < 0, nb, lb[:, 1])
         Ca, Cb = mech.cut_pose_a[g.param_index].astype(dt), mech.cut_pose_b[g.param_index].astype(dt)
-        RA, pA = _mm3(Re[ba], Ca[:, :3, :3]), _rot(Re[ba], Ca[:, :3, 3]) + pe[ba]
-        RB, pB = _mm3(Re[bb], Cb[:, :3, :3]), _rot(Re[bb], Cb[:, :3, 3]) + pe[bb]
-        Delta = lie.make_pose(_mm3(jnp.swapaxes(RA, -1, -2), RB), _rotT(RA, pB - pA))
+        RA, pA = mm3(Re[ba], Ca[:, :3, :3]), mv3(Re[ba], Ca[:, :3, 3]) + pe[ba]
+        RB, pB = mm3(Re[bb], Cb[:, :3, :3]), mv3(Re[bb], Cb[:, :3, 3]) + pe[bb]
+        Delta = lie.make_pose(mm3(jnp.swapaxes(RA, -1, -2), RB), mtv3(RA, pB - pA))
         J = (anc[bb] - anc[ba])[:, None, :] * cols.T[None]  # (n, 6, nv): J_B - J_A in the world
         W = _to_local(RA, pA, J, axis=-2)
         _, jac = _rows(mech, g, Delta, W)  # (n, r, nv)

@@ -27,7 +27,7 @@ one forward-kinematics pass gives the world pose of every body and the world spa
 sums over ancestors, ``V = Anc (s * v)``, and subtree sums of forces are the transposed static
 ancestor matrix: no per-level recursion except the pose composition. The same pass feeds the
 closure Jacobian and curvature in :func:`jaxmech.forward_dynamics` (:class:`_World`). Small
-3-vector / 3x3 products are written out elementwise (``_rot``): XLA's CPU backend runs a batched
+3-vector / 3x3 products are written out elementwise (``kinpass.mv3``): XLA's CPU backend runs a batched
 tiny ``dot`` several times slower than the fused elementwise form.
 
 External wrenches ``f_ext`` (see :func:`external_wrenches`): an array (nb, 6) of body wrenches,
@@ -53,6 +53,9 @@ from .kinpass import (
     joint_values,
     local_poses,
     local_transforms,
+    mm3,
+    mtv3,
+    mv3,
 )
 from .mechanism import Mechanism
 
@@ -118,40 +121,21 @@ class _Tree:
 # ----------------------------------------------------------------------------- world-frame pass
 
 
-def _rot(R, x):
-    """``R x`` for (..., 3, 3), (..., 3), written out (fuses; no tiny batched dot)."""
-    return R[..., :, 0] * x[..., 0, None] + R[..., :, 1] * x[..., 1, None] + R[..., :, 2] * x[..., 2, None]
-
-
-def _rotT(R, x):
-    """``R^T x`` for (..., 3, 3), (..., 3)."""
-    return R[..., 0, :] * x[..., 0, None] + R[..., 1, :] * x[..., 1, None] + R[..., 2, :] * x[..., 2, None]
-
-
-def _mm3(A, B):
-    """``A @ B`` for (..., 3, 3) matrices, written out."""
-    return (
-        A[..., :, 0, None] * B[..., None, 0, :]
-        + A[..., :, 1, None] * B[..., None, 1, :]
-        + A[..., :, 2, None] * B[..., None, 2, :]
-    )
-
-
 def twist_to_world(R, p, x):
     """``Ad_T x`` for the pose ``T = (R, p)``: a twist (..., 6) in the body frame to the world."""
-    w = _rot(R, x[..., :3])
-    return jnp.concatenate([w, _rot(R, x[..., 3:]) + jnp.cross(p, w)], -1)
+    w = mv3(R, x[..., :3])
+    return jnp.concatenate([w, mv3(R, x[..., 3:]) + jnp.cross(p, w)], -1)
 
 
 def twist_to_local(R, p, x):
     """``Ad_{T^-1} x``: a world twist (..., 6) in the frame ``T = (R, p)``."""
-    return jnp.concatenate([_rotT(R, x[..., :3]), _rotT(R, x[..., 3:] - jnp.cross(p, x[..., :3]))], -1)
+    return jnp.concatenate([mtv3(R, x[..., :3]), mtv3(R, x[..., 3:] - jnp.cross(p, x[..., :3]))], -1)
 
 
 def _wrench_to_world(R, p, f):
     """``Ad_{T^-1}^T f``: a body wrench (..., 6) about the body origin to world axes and origin."""
-    fw = _rot(R, f[..., 3:])
-    return jnp.concatenate([_rot(R, f[..., :3]) + jnp.cross(p, fw), fw], -1)
+    fw = mv3(R, f[..., 3:])
+    return jnp.concatenate([mv3(R, f[..., :3]) + jnp.cross(p, fw), fw], -1)
 
 
 def _body_ancestor(mech: Mechanism) -> np.ndarray:
@@ -225,19 +209,19 @@ class _World:
         self.R, self.p, self.S, self.cols = kin.R, kin.p, kin.S, kin.cols
         self.anc = jnp.asarray(mech.topo.ancestor, dt)  # (nb, nv)
         self.mass = mech.mass.astype(dt)
-        self.com = self.p + _rot(self.R, mech.com.astype(dt))
+        self.com = self.p + mv3(self.R, mech.com.astype(dt))
 
     def inertia_times(self, x):
         """``I^w_b x_b`` (nb, 6) for world twists ``x`` (nb, 6): momenta about the world origin."""
         w = x[..., :3]
         P = self.mass[:, None] * (x[..., 3:] + jnp.cross(w, self.com))
-        Icw = _rot(self.R, _rot(self.mech.inertia, _rotT(self.R, w)))
+        Icw = mv3(self.R, mv3(self.mech.inertia, mtv3(self.R, w)))
         return jnp.concatenate([Icw + jnp.cross(self.com, P), P], -1)
 
     def inertia(self):
         """World spatial inertias about the world origin (nb, 6, 6)."""
         R = self.R
-        Icw = _mm3(_mm3(R, self.mech.inertia.astype(R.dtype)), jnp.swapaxes(R, -1, -2))
+        Icw = mm3(mm3(R, self.mech.inertia.astype(R.dtype)), jnp.swapaxes(R, -1, -2))
         return spatial_inertia(self.mass, self.com, Icw)
 
     def motion(self, v):
