@@ -95,6 +95,7 @@ def test_evolution_strategy_runs_without_xla_flags(configs_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # five compiled episode functions (PD grid, zero action, ES, evaluations)
 def test_learning_example_runs_without_xla_flags(tmp_path):
     """examples/stewart_es_mlp.py at a tiny size in a fresh process with no XLA flags: it writes
     the learning curve and the figures (return and episode length)."""
@@ -114,7 +115,7 @@ def test_learning_example_runs_without_xla_flags(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=2300,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert out.exists() and out.stat().st_size > 1000
