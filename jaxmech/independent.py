@@ -41,7 +41,7 @@ import numpy as np
 from .mechanism import Mechanism
 
 #: Preference tiers of :func:`coordinate_tiers` (higher = chosen as dependent first).
-PASSIVE, ACTUATED, FREE = 2, 1, 0
+PASSIVE, PORTED, ACTUATED, FREE = 2.0, 1.5, 1.0, 0.0
 
 _MOBILITY_CACHE: dict = {}
 _TOPOLOGY_CACHE: dict = {}
@@ -61,15 +61,17 @@ def coordinate_names(mech: Mechanism) -> tuple[str, ...]:
 
 
 def coordinate_tiers(mech: Mechanism) -> np.ndarray:
-    """Static preference tier of every velocity coordinate (nv,) int: ``PASSIVE`` (in some
-    closure row, not actuated), ``ACTUATED`` (an actuated joint or the joint of a joint port), or
-    ``FREE`` (no closure row touches it)."""
+    """Static preference tier of every velocity coordinate (nv,) float: ``PASSIVE`` (in some
+    closure row, not actuated), ``PORTED`` (the joint of a joint port, not flagged actuated),
+    ``ACTUATED`` (flagged actuated), or ``FREE`` (no closure row touches it)."""
     t = mech.topo
-    tier = np.full(t.nv, FREE, dtype=int)
+    tier = np.full(t.nv, FREE, dtype=float)
     tier[np.asarray(t.touched_v, dtype=int)] = PASSIVE
     pv = np.asarray(t.port_v, dtype=int).ravel()
-    act = np.unique(np.concatenate([np.asarray(t.actuated_v, dtype=int), pv[pv >= 0]]))
-    tier[act] = np.where(tier[act] == PASSIVE, ACTUATED, FREE)
+    pv = pv[pv >= 0]
+    tier[pv] = np.where(tier[pv] == PASSIVE, PORTED, FREE)
+    act = np.asarray(t.actuated_v, dtype=int)
+    tier[act] = np.where(tier[act] != FREE, ACTUATED, FREE)
     return tier
 
 
@@ -188,7 +190,7 @@ def default_d(mech: Mechanism) -> int:
     d = mobility(mech)
     if d is not None:
         return d
-    return int(np.sum(coordinate_tiers(mech) != PASSIVE))
+    return int(np.sum(np.isin(coordinate_tiers(mech), (ACTUATED, FREE))))
 
 
 def choose_independent(mech: Mechanism, C: jnp.ndarray, d: int | None = None):

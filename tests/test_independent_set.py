@@ -21,6 +21,8 @@ def _slider_crank(actuated: tuple[str, ...]):
     g = jm.read_graph(CONFIGS / "slider_crank.toml")
     for jn, j in g.joints.items():
         j.actuated = jn in actuated
+    for pn in [pn for pn, p in g.ports.items() if p.joint not in actuated]:
+        del g.ports[pn]  # joint ports also mark their coordinate as actuated
     return jm.compile(g)
 
 
