@@ -203,7 +203,7 @@ def step_with_info(
     control: jnp.ndarray,
     dt,
     *,
-    method: str = "kkt",
+    method: str = "auto",
     integrator: str = "euler",
     projection_iters: int = 3,
     actuation: str = "auto",
