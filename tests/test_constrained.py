@@ -170,7 +170,9 @@ def test_planar_linkages_vs_mpmath(cfg):
     proj = _fd_fn(mech, method="projected")(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T))
     assert np.all(np.asarray(res.status) == 0)
     C_, g_, _, M_, h_ = _padded(_closure_terms)(mech, jnp.asarray(Q), jnp.asarray(V))
-    for i in range(len(Q)):
+    # 40-digit SVDs in pure Python cost seconds each for the excavator's 25-row, 14-column system: two of its
+    # states here (test_reference_dynamics.py checks it against Pinocchio as well)
+    for i in range(2 if cfg == "excavator" else len(Q)):
         M, h, C, g = (np.asarray(x[i]) for x in (M_, h_, C_, g_))
         a_ref, r = _mp_reference(M, h, C, g, T[i])
         assert int(res.rank[i]) == r
