@@ -170,7 +170,9 @@ def test_planar_linkages_vs_mpmath(cfg):
     proj = _fd_fn(mech, method="projected")(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T))
     assert np.all(np.asarray(res.status) == 0)
     C_, g_, _, M_, h_ = _padded(_closure_terms)(mech, jnp.asarray(Q), jnp.asarray(V))
-    for i in range(len(Q)):
+    # 40-digit SVDs in pure Python cost seconds each for the excavator's 25-row, 14-column system: two of its
+    # states here (test_reference_dynamics.py checks it against Pinocchio as well)
+    for i in range(2 if cfg == "excavator" else len(Q)):
         M, h, C, g = (np.asarray(x[i]) for x in (M_, h_, C_, g_))
         a_ref, r = _mp_reference(M, h, C, g, T[i])
         assert int(res.rank[i]) == r
@@ -252,17 +254,22 @@ def test_forward_dynamics_gradients_vs_finite_differences():
     rng = np.random.default_rng(8)
     dq, dv, dt = (jnp.asarray(rng.normal(size=mech.nv)) for _ in range(3))
     dm = jnp.asarray(rng.uniform(0.5, 1.5, mech.nb))
-    f = jax.jit(lambda m, q, v, t: jm.forward_dynamics(m, q, v, t).a)
-
-    def along(eps):
-        m = eqx.tree_at(lambda m: m.mass, mech, mech.mass * (1 + eps * dm))
-        return f(m, jm.integrate(mech, q, eps * dq), v + eps * dv, tau + eps * dt)
-
-    jvp = jax.jvp(along, (jnp.zeros(()),), (jnp.ones(()),))[1]
-    fd = (along(1e-6) - along(-1e-6)) / 2e-6
-    assert float(jnp.max(jnp.abs(jvp - fd)) / jnp.max(jnp.abs(jvp))) < 1e-6
     w = jnp.asarray(rng.normal(size=mech.nv))
-    g = jax.grad(lambda e: w @ along(e))(0.0)
+
+    @jax.jit
+    def derivs(mech, q, v, tau):
+        """Forward mode, central differences and reverse mode in one compiled program."""
+
+        def along(eps):
+            m = eqx.tree_at(lambda m: m.mass, mech, mech.mass * (1 + eps * dm))
+            return jm.forward_dynamics(m, jm.integrate(mech, q, eps * dq), v + eps * dv, tau + eps * dt).a
+
+        jvp = jax.jvp(along, (jnp.zeros(()),), (jnp.ones(()),))[1]
+        vals = jax.vmap(along)(jnp.array([1e-6, -1e-6]))
+        return jvp, (vals[0] - vals[1]) / 2e-6, jax.grad(lambda e: w @ along(e))(0.0)
+
+    jvp, fd, g = derivs(mech, q, v, tau)
+    assert float(jnp.max(jnp.abs(jvp - fd)) / jnp.max(jnp.abs(jvp))) < 1e-6
     np.testing.assert_allclose(g, w @ jvp, rtol=1e-8)
 
 

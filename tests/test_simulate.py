@@ -30,13 +30,13 @@ def _rollouts(mech, states, controls, dt, integrator="euler"):
 def passive_rollout(stewart):
     """Two passive Stewart rollouts (no leg forces, no damping) from perturbed closed states."""
     mech = stewart
-    Q = sim.random_closed_configurations(mech, jax.random.PRNGKey(0), 2, 0.05)
+    Q = jax.jit(sim.random_closed_configurations, static_argnums=2)(mech, jax.random.PRNGKey(0), 2, 0.05)
     E = jax.jit(jax.vmap(jm.tangent_map, (None, 0)))(mech, Q)
     u = 0.2 * jax.random.normal(jax.random.PRNGKey(1), (2, E.shape[-1]))
     V = jnp.einsum("bij,bj->bi", E, u)
     U = jnp.zeros((2, N_STEPS, sim.control_size(mech)))
     traj, info = _rollouts(mech, sim.SimState(Q, V), U, DT)
-    e0 = jax.vmap(lambda q, v: sim.energy(mech, q, v))(Q, V)
+    e0 = _energies(mech, Q, V)
     return mech, Q, V, U, traj, info, e0, lambda s, u: _rollouts(mech, s, u, DT)
 
 
@@ -51,16 +51,27 @@ def test_closure_gap_stays_at_roundoff(passive_rollout):
     assert float(jnp.max(info.velocity_gap)) <= 1e-9  # |C v| after the velocity projection
 
 
+@jax.jit
+def _energies(mech, Q, V):
+    return jax.vmap(sim.energy, (None, 0, 0))(mech, Q, V)
+
+
+@jax.jit
+def _kinetic(mech, Q, V):
+    """Kinetic energy along a batch of trajectories (b, n)."""
+    return jax.vmap(jax.vmap(sim.kinetic_energy, (None, 0, 0)), (None, 0, 0))(mech, Q, V)
+
+
 def _drift(mech, state, U, dt, integrator, halves):
     """Max energy error (J) over N_STEPS * dt seconds, stepping at dt / halves (the same compiled
     N_STEPS-step rollout called ``halves`` times in a row), and the max kinetic energy."""
-    e0 = np.asarray(jax.vmap(lambda q, v: sim.energy(mech, q, v))(state.q, state.v))
+    e0 = np.asarray(_energies(mech, state.q, state.v))
     err, ke, gap = 0.0, 0.0, 0.0
     for _ in range(halves):
         traj, info = _rollouts(mech, state, U, dt / halves, integrator)
         state = sim.SimState(traj.q[:, -1], traj.v[:, -1])
         err = max(err, float(np.max(np.abs(np.asarray(info.energy) - e0[:, None]))))
-        k = jax.vmap(jax.vmap(lambda q, v: sim.kinetic_energy(mech, q, v)))(traj.q, traj.v)
+        k = _kinetic(mech, traj.q, traj.v)
         ke, gap = max(ke, float(jnp.max(k))), max(gap, float(np.max(info.closure_gap)))
     return err, ke, gap
 
