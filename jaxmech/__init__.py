@@ -10,7 +10,7 @@ from . import _xla
 _xla.configure()  # before any JAX backend use; see _xla.py (CPU LAPACK deadlock)
 
 
-from . import envs, lie, rank, sysid
+from . import envs, lie, rank, sysid  # noqa: F401  (jm.envs, jm.sysid as attributes)
 from .assembly import STATUS_MESSAGES, AssemblyError, AssemblyResult, assemble
 from .closure import (
     check_jacobian,
