@@ -262,8 +262,8 @@ def forward_dynamics(
     ``method`` ``"auto"`` (default: ``"kkt"`` on CPU, ``"kkt_blocks"`` on GPU/TPU, see
     :func:`default_method`), ``"kkt"``, ``"kkt_blocks"`` or ``"projected"``, ``E`` an optional
     null-space basis (nv, d) for the projected form (it must match the active rows), ``rtol`` the
-    relative rank cutoff (1e-9 in float64, 1e-4 in float32). Returns :class:`ConstrainedDynamics`. A tree (no rows) gives the
-    unconstrained ``M^-1 (tau - h)``."""
+    relative rank cutoff (1e-9 in float64, 1e-4 in float32). Returns :class:`ConstrainedDynamics`.
+    A tree (no rows) gives the unconstrained ``M^-1 (tau - h)``."""
     if method == "auto":
         method = default_method()
     if method not in ("kkt", "kkt_blocks", "projected"):
