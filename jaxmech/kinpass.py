@@ -168,6 +168,14 @@ def local_transforms_ext(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     return jnp.concatenate([X, jnp.eye(4, dtype=X.dtype)[None]], 0)
 
 
+def _mm4(A: jnp.ndarray, B: jnp.ndarray) -> jnp.ndarray:
+    """``A @ B`` for (..., 4, 4) poses as an elementwise product and sum, not a dot: under a vmap
+    nested in a vmap, XLA:CPU (jaxlib 0.10) emits a batched dot here whose layout fails its own HLO
+    verifier ("Expected instruction to have shape equal to f32[7,9,4,4,4], actual
+    f32[4,7,9,4,4]"), and on GPUs a float32 dot may run in TF32."""
+    return jnp.sum(A[..., :, :, None] * B[..., None, :, :], axis=-2)
+
+
 def compose_tree(mech: Mechanism, X: jnp.ndarray) -> jnp.ndarray:
     """World poses from local transforms, one batched matmul per depth level. (nb, 4, 4)."""
     topo = mech.topo
@@ -176,7 +184,7 @@ def compose_tree(mech: Mechanism, X: jnp.ndarray) -> jnp.ndarray:
     parent = topo.parent.copy()
     parent[parent < 0] = nb
     for lvl in topo.levels:
-        T = T.at[lvl].set(T[parent[lvl]] @ X[lvl])
+        T = T.at[lvl].set(_mm4(T[parent[lvl]], X[lvl]))
     return T[:nb]
 
 
@@ -202,7 +210,7 @@ def frame_pose(mech: Mechanism, q: jnp.ndarray, name: str) -> jnp.ndarray:
     b, X = _frame_lookup(mech, name)
     if b < 0:
         return X
-    return forward_kinematics(mech, q)[b] @ X
+    return _mm4(forward_kinematics(mech, q)[b], X)
 
 
 def motion_columns(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:

@@ -1,7 +1,6 @@
 """The notebooks run top to bottom at small sizes (``JAXMECH_NB_SMALL=1``) and are stored
 without outputs."""
 
-import os
 from pathlib import Path
 
 import nbformat
@@ -32,7 +31,6 @@ def test_notebook_runs(path, monkeypatch):
     from nbclient import NotebookClient
 
     monkeypatch.setenv("JAXMECH_NB_SMALL", "1")
-    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false"))
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
