@@ -167,7 +167,8 @@ def tangent_map_status(
     dependent set; ``d``: the SVD rank at a concrete ``q``, :func:`jaxmech.independent.mobility`
     of a concrete model under jit/vmap, else pass ``d=``), or ``"ports"`` (see :func:`port_tangent_map`).
     ``status`` is ``SINGULAR`` when the selected block's rcond < ``rcond_tol`` and
-    ``INCONSISTENT`` when ``|C E|_inf > tol * max(1, |C|_inf |E|_inf)``."""
+    ``INCONSISTENT`` when ``|C E|_inf > tol * max(1, |C|_inf |E|_inf)`` (``tol`` floored at 1000 eps
+    of the dtype: 1.2e-4 in float32)."""
     if isinstance(independent, str) and independent == "ports":
         return port_tangent_map_status(mech, q, rcond_tol=rcond_tol, tol=tol)
     C = closure_jacobian(mech, q)
@@ -182,7 +183,14 @@ def tangent_map_status(
     return _finish(C, E, jnp.asarray(I, jnp.int32), jnp.asarray(D, jnp.int32), rows, rc, rcond_tol, tol)
 
 
+def _tol(tol: float, dtype) -> float:
+    """``tol`` floored at 1000 machine epsilons of ``dtype`` (1e-8 stays 1e-8 in float64; float32
+    round-off of ``C E`` is ~1e-6, so there the floor 1.2e-4 applies)."""
+    return max(float(tol), 1000.0 * float(jnp.finfo(dtype).eps))
+
+
 def _finish(C, E, I, D, rows, rc, rcond_tol, tol):
+    tol = _tol(tol, E.dtype)
     res = jnp.max(jnp.abs(C @ E)) if C.size and E.size else jnp.zeros((), E.dtype)
     scale = jnp.maximum(1.0, (jnp.max(jnp.abs(C)) if C.size else 0.0) * (jnp.max(jnp.abs(E)) if E.size else 0.0))
     status = jnp.where(rc < rcond_tol, SINGULAR, jnp.where(res > tol * scale, INCONSISTENT, OK)).astype(jnp.int32)
@@ -265,7 +273,8 @@ def acceleration_lift_status(
     if C.size:
         err = jnp.max(jnp.abs(C @ a + gam))
         scale = jnp.maximum(1.0, jnp.maximum(jnp.max(jnp.abs(C)) * jnp.max(jnp.abs(a)), jnp.max(jnp.abs(gam))))
-        status = jnp.where((tm.status == OK) & (err > tol * scale), INCONSISTENT, tm.status).astype(jnp.int32)
+        status = jnp.where((tm.status == OK) & (err > _tol(tol, a.dtype) * scale), INCONSISTENT, tm.status)
+        status = status.astype(jnp.int32)
         tm = TangentMap(tm.E, tm.independent, tm.dependent, tm.rows, tm.rcond, jnp.maximum(tm.residual, err), status)
     return a, tm
 
