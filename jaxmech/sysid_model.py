@@ -238,7 +238,15 @@ def _weighted(data, Y, y0):
 
 
 def _lstsq(A, y, x_ref, rtol):
-    U, S, Vt = np.linalg.svd(A, full_matrices=False)
+    if not (np.isfinite(A).all() and np.isfinite(y).all()):
+        bad = np.flatnonzero(~np.isfinite(A).all(0))
+        raise FloatingPointError(f"sysid: non-finite regressor (columns {bad.tolist()[:10]}) or efforts")
+    try:
+        U, S, Vt = np.linalg.svd(A, full_matrices=False)
+    except np.linalg.LinAlgError:  # LAPACK gesdd can fail to converge on tall, badly scaled A: use gesvd
+        import scipy.linalg
+
+        U, S, Vt = scipy.linalg.svd(A, full_matrices=False, lapack_driver="gesvd")
     r = int((S > rtol * S[0]).sum()) if S.size else 0
     dx = Vt[:r].T @ ((U[:, :r].T @ (y - A @ x_ref)) / S[:r])
     x = x_ref + dx
