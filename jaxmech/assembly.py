@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lie
+from ._entry import entry
 from .closure import _group_terms, _rows, closure_residual, closure_residual_and_jacobian
 from .kinpass import difference, integrate, joint_columns, joint_values, local_transforms_ext
 from .mechanism import Mechanism
@@ -614,12 +615,19 @@ def assemble(mech: Mechanism, q_guess, active=None, *, throw: bool = False, **op
       ``jax.jit(jax.vmap(lambda q: assemble(mech, q)))``. ``q`` is differentiable with respect
       to ``q_guess``'s active entries and to ``mech``'s array leaves (implicit function theorem).
     """
-    opts = make_options(**options)
+    make_options(**options)  # bad option names / values raise here, before any compilation
+    res = _assemble_one(mech, q_guess, active, tuple(sorted(options.items())))
+    return _raise_if_failed(res, f"{mech.name}: assembly") if throw else res
+
+
+@entry(static_argnames=("active", "options"), prime_mobility=True)
+def _assemble_one(mech: Mechanism, q_guess, active, options: tuple) -> AssemblyResult:
+    """:func:`assemble` without ``throw``; ``options`` as sorted ``(name, value)`` pairs."""
+    opts = make_options(**dict(options))
     part = partition(mech, active)
     q_guess = jnp.asarray(q_guess)
     if q_guess.shape != (mech.nq,):
         raise ValueError(f"{mech.name}: q_guess must have shape ({mech.nq},), got {q_guess.shape} (vmap for batches)")
     if not jnp.issubdtype(q_guess.dtype, jnp.floating):
         q_guess = q_guess.astype(mech.q0.dtype)
-    res = _assemble_impl(mech, q_guess, part, opts)
-    return _raise_if_failed(res, f"{mech.name}: assembly") if throw else res
+    return _assemble_impl(mech, q_guess, part, opts)

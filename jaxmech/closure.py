@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lie
+from ._entry import entry
 from .kinpass import integrate, joint_columns, joint_values, local_transforms_ext
 from .mechanism import LoopGroup, Mechanism
 
@@ -206,6 +207,7 @@ def _evaluate(mech: Mechanism, q: jnp.ndarray, loops, with_jac: bool):
     return r, J
 
 
+@entry(static_argnames=("loops",))
 def closure_residual(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray:
     """Raw closure residual rows, shape (s,) (or the rows of the named ``loops`` only).
 
@@ -214,6 +216,7 @@ def closure_residual(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray
     return _evaluate(mech, q, loops, with_jac=False)[0]
 
 
+@entry(static_argnames=("loops",))
 def closure_jacobian(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray:
     """Analytic closure Jacobian in velocity coordinates, ``C = D rho N``, shape (s, nv):
     ``d/dt rho(q) = C v``. Built from right-trivialized path derivatives and the inverse left
@@ -221,6 +224,7 @@ def closure_jacobian(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray
     return _evaluate(mech, q, loops, with_jac=True)[1]
 
 
+@entry(static_argnames=("loops",))
 def closure_residual_and_jacobian(mech: Mechanism, q: jnp.ndarray, loops=None):
     """Both at once (shares the path products): ((s,), (s, nv))."""
     return _evaluate(mech, q, loops, with_jac=True)

@@ -51,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import linalg
+from ._entry import entry
 from .curvature import closure_terms_world
 from .dynamics import _rnea, _World, kinematics
 from .mechanism import Mechanism
@@ -242,6 +243,7 @@ def default_method() -> str:
     return "kkt" if jax.default_backend() == "cpu" else "kkt_blocks"
 
 
+@entry(static_argnames=("support", "method", "rtol", "f_ext_reference"), prime_mobility=True)
 def forward_dynamics(
     mech: Mechanism,
     q,
@@ -325,6 +327,7 @@ def _actuation(mech: Mechanism, actuators, dt):
     return B
 
 
+@entry(static_argnames=("actuators", "support", "rtol", "f_ext_reference"), prime_mobility=True)
 def inverse_dynamics(
     mech: Mechanism,
     q,

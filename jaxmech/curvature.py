@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lie
+from ._entry import entry
 from .closure import _group_parts, _rows, _select_groups, closure_jacobian
 from .kinpass import integrate, joint_columns, joint_values, local_transforms_ext, mm3, mtv3, mv3
 from .mechanism import LoopGroup, Mechanism
@@ -143,6 +144,7 @@ def _rows_bias(mech: Mechanism, g: LoopGroup, Delta, w, wb) -> jnp.ndarray:
     raise ValueError(f"unknown loop type {t}")  # pragma: no cover
 
 
+@entry(static_argnames=("loops",))
 def closure_bias(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, loops=None) -> jnp.ndarray:
     """Analytic constraint curvature ``gamma = (d/dt C) v``, shape (s,) (or the rows of ``loops``).
 

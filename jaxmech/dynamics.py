@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lie
+from ._entry import entry
 from .curvature import joint_bias
 from .kinpass import (
     _frame_lookup,
@@ -167,6 +168,7 @@ class Kinematics(eqx.Module):
     Ab: jnp.ndarray | None = None
 
 
+@entry()
 def kinematics(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray | None = None) -> Kinematics:
     """The one kinematics pass (:class:`Kinematics`) of configuration ``q`` (nq,) and optional
     velocity ``v`` (nv,): world poses by depth level, joint columns and world motion columns
@@ -310,6 +312,7 @@ def external_wrenches(mech: Mechanism, q: jnp.ndarray, f_ext, reference: str = "
 # ----------------------------------------------------------------------------- RNEA
 
 
+@entry(static_argnames=("f_ext_reference",))
 def rnea(mech: Mechanism, q, v, a, f_ext=None, f_ext_reference: str = "local") -> jnp.ndarray:
     """Recursive Newton-Euler inverse dynamics of the spanning tree, (nv,).
 
@@ -329,11 +332,13 @@ def _rnea(mech: Mechanism, w: _World, q, v, a, f_ext=None, f_ext_reference: str 
     return tau if a is None else tau + mech.armature * a
 
 
+@entry(static_argnames=("f_ext_reference",))
 def nonlinear_effects(mech: Mechanism, q, v, f_ext=None, f_ext_reference: str = "local") -> jnp.ndarray:
     """``h = C(q, v) v + g(q) + damping * v - J^T f_ext`` (nv,), i.e. ``rnea(q, v, 0)``."""
     return _rnea(mech, _World(mech, q), q, v, None, f_ext, f_ext_reference)
 
 
+@entry()
 def gravity_torques(mech: Mechanism, q) -> jnp.ndarray:
     """``g(q)`` (nv,): the generalized gravity force (``rnea`` at rest)."""
     z = jnp.zeros(mech.nv, q.dtype)
@@ -354,6 +359,7 @@ def bias_forces(mech: Mechanism, kin: Kinematics, v) -> jnp.ndarray:
     return w.inverse_dynamics(*w.motion(v)) + mech.damping * v
 
 
+@entry()
 def crba(mech: Mechanism, q) -> jnp.ndarray:
     """Joint-space mass matrix ``M(q)`` (nv, nv), symmetric positive definite, armature included.
 
@@ -385,6 +391,7 @@ def _body_dofs(mech: Mechanism):
     return cols, mask, vidx
 
 
+@entry(static_argnames=("f_ext_reference",))
 def aba(mech: Mechanism, q, v, tau, f_ext=None, f_ext_reference: str = "local") -> jnp.ndarray:
     """Articulated-body forward dynamics of the spanning tree: ``a`` (nv,) with ``M a + h = tau``.
 

@@ -95,7 +95,7 @@ def select_independent(C: jnp.ndarray, d: int, tiers, rtol: float = 1e-9, ptol: 
     r = nv - d
     if r < 0:
         raise ValueError(f"select_independent: d={d} exceeds the {nv} coordinates")
-    tiers = jnp.asarray(np.asarray(tiers, dtype=float))
+    tiers = jnp.asarray(tiers, dtype=C.dtype)  # numpy (static) or traced
     dt = C.dtype
     if r == 0 or s == 0:
         idx = jnp.arange(nv, dtype=jnp.int32)
@@ -140,6 +140,15 @@ def _closed_reference(mech: Mechanism, q0: jnp.ndarray, rtol: float):
     return numerical_rank(C, rtol), C
 
 
+_select_compiled_jit = jax.jit(select_independent, static_argnames=("d", "rtol", "ptol"))
+
+
+def _select_compiled(C, d: int, tiers, rtol: float):
+    """:func:`select_independent` on concrete inputs as one compiled call (also inside a trace)."""
+    C, tiers = np.asarray(C), np.asarray(tiers, dtype=float)  # numpy: no tracer inside a trace
+    return _select_compiled_jit.lower(C, d=int(d), tiers=tiers, rtol=float(rtol)).compile()(C, tiers=tiers)
+
+
 def _reference(mech: Mechanism, rtol: float = 1e-9):
     """Cached ``(d, I)`` of a model at its projected ``q0``: the mobility and the default
     independent set there (numpy). A traced model (e.g. passed as a ``jit`` argument) gets the
@@ -149,10 +158,13 @@ def _reference(mech: Mechanism, rtol: float = 1e-9):
         return _TOPOLOGY_CACHE.get((mech.topo._hash, float(rtol)))
     key = (mech.topo._hash, float(rtol), tuple(np.asarray(x).tobytes() for x in leaves))
     if key not in _MOBILITY_CACHE:
-        with jax.ensure_compile_time_eval():
-            r, C = _closed_reference(mech, jnp.asarray(mech.q0), float(rtol))
-            d = int(mech.nv - int(r))
-            I, _, _ = select_independent(np.asarray(C), d, coordinate_tiers(mech), rtol)
+        # Possibly called while an outer function is being traced: run the one compiled
+        # executable on the concrete model (ensure_compile_time_eval would instead evaluate the
+        # body primitive by primitive, ~150 tiny compilations and ~5 s per model).
+        q0 = np.asarray(mech.q0)
+        r, C = _closed_reference.lower(mech, q0, float(rtol)).compile()(mech, q0)
+        d = int(mech.nv - int(r))
+        I, _, _ = _select_compiled(np.asarray(C), d, coordinate_tiers(mech), rtol)
         if len(_MOBILITY_CACHE) > 64:
             _MOBILITY_CACHE.clear()
             _TOPOLOGY_CACHE.clear()

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lie
+from ._entry import entry
 from .mechanism import Mechanism
 
 
@@ -188,6 +189,7 @@ def compose_tree(mech: Mechanism, X: jnp.ndarray) -> jnp.ndarray:
     return T[:nb]
 
 
+@entry()
 def forward_kinematics(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     """World poses of all moving bodies, shape (nb, 4, 4), in ``mech.body_names`` order."""
     return lie.make_pose(*world_poses(mech, q))
@@ -205,6 +207,7 @@ def _frame_lookup(mech: Mechanism, name: str):
     raise KeyError(f"{mech.name}: unknown frame or body '{name}' (frames: {', '.join(topo.frame_names) or 'none'})")
 
 
+@entry(static_argnames=("name",))
 def frame_pose(mech: Mechanism, q: jnp.ndarray, name: str) -> jnp.ndarray:
     """World pose (4, 4) of a named frame, site or body."""
     b, X = _frame_lookup(mech, name)
@@ -220,6 +223,7 @@ def motion_columns(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     return S[mech.topo.v_body, :, mech.topo.v_col]
 
 
+@entry(static_argnames=("name", "reference"))
 def frame_jacobian(mech: Mechanism, q: jnp.ndarray, name: str, reference: str = "local") -> jnp.ndarray:
     """Jacobian (6, nv) of a named frame's twist, angular-first.
 

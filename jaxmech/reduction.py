@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lie, rank
+from ._entry import entry
 from .closure import closure_jacobian
 from .curvature import closure_bias
 from .graph import WORLD, Graph, pose
@@ -107,6 +108,11 @@ def _solve_block(C, I, D, nD: int, extra=None, rcond_tol: float = 1e-10):
     return rows, rc, X
 
 
+def _auto_rank_from_q(args) -> bool:
+    """``independent='auto'`` without ``d`` takes the rank from the concrete ``q``: run as written."""
+    return isinstance(args.get("independent"), str) and args["independent"] == "auto" and args.get("d") is None
+
+
 def _concrete_model(mech: Mechanism) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(mech))
 
@@ -148,6 +154,11 @@ def _choose(mech: Mechanism, q, C, independent, d):
     return I, D, I.size, None
 
 
+@entry(
+    static_argnames=("independent", "d", "rcond_tol", "tol"),
+    prime_mobility=True,
+    eager_if=_auto_rank_from_q,
+)
 def tangent_map_status(
     mech: Mechanism,
     q: jnp.ndarray,
@@ -236,6 +247,11 @@ def tree_speed_lift(mech: Mechanism, E: jnp.ndarray, joints=None) -> jnp.ndarray
     return E if joints is None else E[mech.v_indices(list(joints))]
 
 
+@entry(
+    static_argnames=("independent", "d", "rcond_tol", "tol"),
+    prime_mobility=True,
+    eager_if=_auto_rank_from_q,
+)
 def acceleration_lift_status(
     mech: Mechanism,
     q: jnp.ndarray,
@@ -363,6 +379,7 @@ def _port_geometry(mech: Mechanism, q):
     return pos, Jp
 
 
+@entry()
 def port_values(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     """Port coordinates (n_ports,): ``gear * q_j`` (rad or m) or ``gear * |p_B - p_A|`` (m)."""
     t = mech.topo
@@ -379,6 +396,7 @@ def port_values(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     return mech.port_gear * jnp.where(is_j, qj, dist)
 
 
+@entry()
 def port_jacobian(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     """Port velocity map ``P`` (n_ports, nv): ``pdot = P v``."""
     t = mech.topo

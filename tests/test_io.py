@@ -364,12 +364,15 @@ def test_cassie_tree_matches_product_of_exponentials(cassie):
     assert err < 1e-10, err
 
 
-def test_cassie_info_cli(cassie):
+def test_cassie_info_cli(cassie, monkeypatch):
     from typer.testing import CliRunner
 
-    from jaxmech.cli import app
+    from jaxmech import cli
 
-    out = CliRunner().invoke(app, ["info", str(CONFIGS / "cassie.toml")], env={"COLUMNS": "200"})
+    # rich reads COLUMNS when the module-level console is made (at the first import of the CLI,
+    # maybe by another test in this process): widen it so joint names are not wrapped.
+    monkeypatch.setattr(cli.console, "width", 200)
+    out = CliRunner().invoke(cli.app, ["info", str(CONFIGS / "cassie.toml")], env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
     for word in ("root_joint", "free", "left-plantar-foot-joint", "right-pitch-rod-joint", "point"):
         assert word in out.output
