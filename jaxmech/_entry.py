@@ -77,6 +77,7 @@ def entry(static_argnames: tuple[str, ...] = (), prime_mobility: bool = False, e
                 return fn(*args, **kwargs)
 
         wrapper.eager = fn  # the function as written (no compilation)
+        wrapper.jitted = jitted  # the compiled path eager calls take
         return wrapper
 
     return deco
