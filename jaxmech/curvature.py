@@ -43,8 +43,8 @@ import numpy as np
 
 from . import lie
 from ._entry import entry
-from .closure import _group_parts, _rows, _select_groups, closure_jacobian
-from .kinpass import integrate, joint_columns, joint_values, local_transforms_ext, mm3, mtv3, mv3
+from .closure import _group_parts, _rows, _scatter_rows, _select_groups, _world_group_terms, closure_jacobian
+from .kinpass import integrate, joint_columns, joint_values, local_transforms_ext, mtv3
 from .mechanism import LoopGroup, Mechanism
 
 
@@ -194,26 +194,18 @@ def closure_terms_world(mech: Mechanism, R, p, cols, V=None, Ab=None):
     for ``C`` only; ``gamma`` is then None). Same row order and values as
     :func:`jaxmech.closure_jacobian` and :func:`closure_bias`."""
     topo = mech.topo
-    nb, nv, dt = mech.nb, mech.nv, cols.dtype
+    nv, dt = mech.nv, cols.dtype
     Re = jnp.concatenate([R, jnp.eye(3, dtype=dt)[None]], 0)  # slot nb: the world
     pe = jnp.concatenate([p, jnp.zeros((1, 3), dt)], 0)
-    anc = jnp.asarray(np.concatenate([topo.ancestor, np.zeros((1, nv), bool)], 0), dt)
     with_bias = V is not None
     if with_bias:
         Ve = jnp.concatenate([V, jnp.zeros((1, 6), dt)], 0)
         Abe = jnp.concatenate([Ab, jnp.zeros((1, 6), dt)], 0)
     Cs, gs = [], []
     for g in topo.groups:
-        lb = np.array([topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)
-        ba, bb = np.where(lb[:, 0] < 0, nb, lb[:, 0]), np.where(lb[:, 1] < 0, nb, lb[:, 1])
-        Ca, Cb = mech.cut_pose_a[g.param_index].astype(dt), mech.cut_pose_b[g.param_index].astype(dt)
-        RA, pA = mm3(Re[ba], Ca[:, :3, :3]), mv3(Re[ba], Ca[:, :3, 3]) + pe[ba]
-        RB, pB = mm3(Re[bb], Cb[:, :3, :3]), mv3(Re[bb], Cb[:, :3, 3]) + pe[bb]
-        Delta = lie.make_pose(mm3(jnp.swapaxes(RA, -1, -2), RB), mtv3(RA, pB - pA))
-        J = (anc[bb] - anc[ba])[:, None, :] * cols.T[None]  # (n, 6, nv): J_B - J_A in the world
-        W = _to_local(RA, pA, J, axis=-2)
-        _, jac = _rows(mech, g, Delta, W)  # (n, r, nv)
-        Cs.append(jac.reshape(-1, nv))
+        Delta, W, (RA, pA), (ba, bb) = _world_group_terms(mech, Re, pe, cols, g)
+        _, jac = _rows(mech, g, Delta, W)  # (n, r, m) on the path dofs
+        Cs.append(_scatter_rows(mech, g, jac))
         if with_bias:
             dV = Ve[bb] - Ve[ba]
             w = _to_local(RA, pA, dV)

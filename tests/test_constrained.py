@@ -135,7 +135,9 @@ def _mp_reference(M, h, C, gamma, tau, dps=40):
     g = mp.matrix(gamma.tolist())
     U, S, Vt = mp.svd_r(Cm)
     smax = max(abs(x) for x in S)
-    r = sum(1 for x in S if abs(x) > mp.mpf("1e-20") * smax)
+    # C is float64 data: singular values below ~1e-13 relative are its round-off (a planar loop's
+    # out-of-plane rows are dependent to 1e-16, not exactly), not structure
+    r = sum(1 for x in S if abs(x) > mp.mpf("1e-12") * smax)
     nv = M.shape[0]
     # particular solution a_p = -C^+ gamma, null-space basis N (rows r.. of Vt)
     ap = mp.matrix(nv, 1)
