@@ -298,27 +298,36 @@ def test_float32_runs(zoo):
 
 
 def test_world_pass_terms_match_cycle_local(zoo):
-    """The forward dynamics takes C and gamma from one world-frame tree pass
-    (curvature.closure_terms_world); they must equal the cycle-local closure_jacobian and
-    closure_bias on every row type of the zoo, at random (infeasible) states."""
+    """The public rows come from one world-frame tree pass (closure.py, and
+    curvature.closure_terms_world in the forward dynamics); assembly evaluates the same rows from
+    per-loop path products (assembly.defected_residual_and_jacobian at lam = 1), and closure_bias
+    gamma per loop too. All must agree on every row type of the zoo, at random (infeasible)
+    states."""
     mech = zoo["mech"]
+    from jaxmech.assembly import defect_at, defected_residual_and_jacobian
     from jaxmech.curvature import closure_terms_world
     from jaxmech.dynamics import _World
 
     def world(q, v):
         w = _World(mech, q)
         V, Ab = w.motion(v)
-        return closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
+        C, g = closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
+        r, J = jm.closure_residual_and_jacobian(mech, q)
+        return C, g, r, J
 
     def local(q, v):
-        return jm.closure_jacobian(mech, q), jm.closure_bias(mech, q, v)
+        r, J = defected_residual_and_jacobian(mech, q, 1.0, defect_at(mech, q))
+        return J, jm.closure_bias(mech, q, v), r
 
     keys = jax.random.split(jax.random.PRNGKey(7), 2)
     Q = jax.vmap(lambda k: jm.integrate(mech, mech.q0, 0.7 * jax.random.normal(k, (mech.nv,))))(
         jax.random.split(keys[0], 16)
     )
     V = jax.random.normal(keys[1], (16, mech.nv))
-    Cw, gw = jax.jit(jax.vmap(world))(Q, V)
-    Cl, gl = jax.jit(jax.vmap(local))(Q, V)
-    assert float(jnp.max(jnp.abs(Cw - Cl))) <= 1e-12 * float(jnp.max(jnp.abs(Cl)))
+    Cw, gw, rw, Jw = jax.jit(jax.vmap(world))(Q, V)
+    Cl, gl, rl = jax.jit(jax.vmap(local))(Q, V)
+    scale = float(jnp.max(jnp.abs(Cl)))
+    assert float(jnp.max(jnp.abs(Cw - Cl))) <= 1e-12 * scale
+    assert float(jnp.max(jnp.abs(Jw - Cl))) <= 1e-12 * scale
+    assert float(jnp.max(jnp.abs(rw - rl))) <= 1e-12 * max(1.0, float(jnp.max(jnp.abs(rl))))
     assert float(jnp.max(jnp.abs(gw - gl))) <= 1e-12 * float(jnp.max(jnp.abs(gl)))
