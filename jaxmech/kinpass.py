@@ -108,9 +108,9 @@ def local_transforms(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     """Parent-to-child transforms of all moving bodies, (nb, 4, 4).
 
     Kept as matrix products (not :func:`local_poses`): the per-loop closure rows (assembly's
-    defect homotopy, the curvature ``closure_bias``) are built on it, and tests require a subset of loops to reproduce the full evaluation bit for bit, which
-    elementwise code does not guarantee across programs (XLA may contract it into FMAs
-    differently in each fusion)."""
+    defect homotopy, the curvature ``closure_bias``) are built on it, and tests require a subset
+    of loops to reproduce the full evaluation bit for bit, which elementwise code does not
+    guarantee across programs (XLA may contract it into FMAs differently in each fusion)."""
     pos, quat, th1, th2, d = joint_values(mech, q)
     R12 = lie.rot_axis(mech.axis1, th1) @ lie.rot_axis(mech.axis2, th2)
     Rq = lie.quat_to_matrix(quat)
