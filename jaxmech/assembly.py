@@ -51,7 +51,7 @@ import numpy as np
 
 from . import lie
 from ._entry import entry
-from .closure import _group_terms, _rows, closure_residual, closure_residual_and_jacobian
+from .closure import _group_terms, _rows, _scatter_rows, closure_residual, closure_residual_and_jacobian
 from .kinpass import difference, integrate, joint_columns, joint_values, local_transforms_ext
 from .mechanism import Mechanism
 from .rank import numerical_rank, rcond, select_rows
@@ -269,12 +269,8 @@ def defected_residual_and_jacobian(mech: Mechanism, q: jnp.ndarray, lam, defect:
         Delta, W = _group_terms(mech, X, S, g)
         Dinv = lie.se3_exp(-(1.0 - lam) * rho0)
         r, j = _rows(mech, g, Delta @ Dinv, W, True)
-        n, nr, m = j.shape
-        rows = np.arange(n * nr).reshape(n, nr)
-        block = jnp.zeros((n * nr, mech.nv), q.dtype)
-        block = block.at[rows[:, :, None], np.broadcast_to(g.dof_v[:, None, :], (n, nr, m))].add(j)
         res.append(r.reshape(-1))
-        jacs.append(block)
+        jacs.append(_scatter_rows(mech, g, j))
     t = mech.topo
     if t.coupling_names:
         res.append(mech.coupling_q @ q + mech.coupling_offset - (1.0 - lam) * defect.c0)
