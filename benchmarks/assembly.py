@@ -66,11 +66,11 @@ def perturbed(mech, n, seed, ang=0.5, lin=0.2):
             scale[vs.start + 3 : vs.stop] = lin
     scale[t.actuated_v] = 0.0
     dv = rng.uniform(-1, 1, (n, mech.nv)) * scale
-    return np.asarray(jax.jit(jax.vmap(lambda v: jm.integrate(mech, mech.q0, v)))(jnp.asarray(dv)))
+    return np.asarray(jm.jit(jax.vmap(lambda v: jm.integrate(mech, mech.q0, v)))(jnp.asarray(dv)))
 
 
 def throughput(mech, sizes, repeat, label, max_batch=None):
-    f = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))
+    f = jm.jit(jax.vmap(lambda q: jm.assemble(mech, q)))
     rows = []
     for B in sizes:
         if max_batch and B > max_batch:
@@ -100,7 +100,7 @@ def throughput(mech, sizes, repeat, label, max_batch=None):
 def stewart_success(mech, n, chunk):
     """Forward kinematics from n perturbed guesses (<= 0.2 m / 0.5 rad): success rate, residual,
     and whether each converged state is the nominal configuration (same assembly branch)."""
-    f = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))
+    f = jm.jit(jax.vmap(lambda q: jm.assemble(mech, q)))
     G = perturbed(mech, n, seed=12345)
     st, res, same = [], [], []
     for k in range(0, n, chunk):
@@ -140,8 +140,8 @@ def homotopy_every_step(mech, q_start, path):
 
 def tracking_vs_homotopy(mech, n_steps, repeat, label, path_fn):
     path = jnp.asarray(path_fn(n_steps))
-    ftrack = jax.jit(lambda q, p: jm.track(mech, q, p))
-    fhom = jax.jit(lambda q, p: homotopy_every_step(mech, q, p))
+    ftrack = jm.jit(lambda q, p: jm.track(mech, q, p))
+    fhom = jm.jit(lambda q, p: homotopy_every_step(mech, q, p))
     tr, tc, tt = timed(ftrack, mech.q0, path, repeat=repeat)
     ho, hc, ht = timed(fhom, mech.q0, path, repeat=repeat)
     qt, qh = np.asarray(tr.q)[1:], np.asarray(ho[0])
@@ -173,9 +173,9 @@ def scipy_baseline(mech, n, repeat, label):
     coordinates, vs jaxmech's batched assembly on the same guesses."""
     part = A.partition(mech)
     p = np.asarray(part.passive)
-    res_fn = jax.jit(lambda q, dvp: jm.closure_residual(mech, jm.integrate(mech, q, jnp.zeros(mech.nv).at[p].set(dvp))))
+    res_fn = jm.jit(lambda q, dvp: jm.closure_residual(mech, jm.integrate(mech, q, jnp.zeros(mech.nv).at[p].set(dvp))))
 
-    jac_fn = jax.jit(jax.jacfwd(lambda q, dvp: res_fn(q, dvp), argnums=1))
+    jac_fn = jm.jit(jax.jacfwd(lambda q, dvp: res_fn(q, dvp), argnums=1))
     G = perturbed(mech, n, seed=7)
     res_fn(jnp.asarray(G[0]), jnp.zeros(p.size)).block_until_ready()
     jac_fn(jnp.asarray(G[0]), jnp.zeros(p.size)).block_until_ready()
@@ -195,7 +195,7 @@ def scipy_baseline(mech, n, repeat, label):
         resid.append(r)
         ok += r <= 1e-9
     t_scipy = (time.perf_counter() - t) / n
-    f = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))
+    f = jm.jit(jax.vmap(lambda q: jm.assemble(mech, q)))
     r, _, best = timed(f, jnp.asarray(G), repeat=repeat)
     row = dict(
         mechanism=label,

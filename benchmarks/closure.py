@@ -31,8 +31,8 @@ BATCHES = (1, 64, 1024, 8192)
 
 
 def functions(jm, mech):
-    analytic = jax.jit(jax.vmap(lambda q: jm.closure_residual_and_jacobian(mech, q)))
-    autodiff = jax.jit(jax.vmap(lambda q: (jm.closure_residual(mech, q), jm.closure_jacobian_autodiff(mech, q))))
+    analytic = jm.jit(jax.vmap(lambda q: jm.closure_residual_and_jacobian(mech, q)))
+    autodiff = jm.jit(jax.vmap(lambda q: (jm.closure_residual(mech, q), jm.closure_jacobian_autodiff(mech, q))))
     return {"analytic": analytic, "autodiff": autodiff}
 
 
@@ -62,7 +62,7 @@ def run(
             skipped.append({"example": path.stem, "why": "no closure rows (open chain)"})
             continue
         keys = jax.random.split(jax.random.PRNGKey(0), max(batches))
-        Q64 = jax.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0)))(mech64, keys)
+        Q64 = jm.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0)))(mech64, keys)
         # float64 autodiff reference Jacobians on 64 states: accuracy of each tier next to its speed
         q_acc = Q64[:64]
         _, ref_J = functions(jm, mech64)["autodiff"](q_acc)

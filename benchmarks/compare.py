@@ -65,14 +65,14 @@ def closed_states(mech, n: int, spread: float = 0.03, seed: int = 0):
     if qi.size:
         Q[:, qi] += rng.uniform(-spread, spread, (base, qi.size))
     if mech.n_rows:
-        res = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))(jnp.asarray(Q))
+        res = jm.jit(jax.vmap(lambda q: jm.assemble(mech, q)))(jnp.asarray(Q))
         Q = np.asarray(res.q)[np.asarray(res.status) == 0]
         if not len(Q):
             raise RuntimeError(f"{mech.name}: no state assembled")
     Q = Q[np.arange(n) % len(Q)]
     V = rng.normal(size=(n, mech.nv))
     if mech.n_rows:
-        C = np.asarray(jax.jit(jax.vmap(lambda q: jm.closure_jacobian(mech, q)))(jnp.asarray(Q[:base])))
+        C = np.asarray(jm.jit(jax.vmap(lambda q: jm.closure_jacobian(mech, q)))(jnp.asarray(Q[:base])))
         for i in range(min(n, base)):
             _, S, Vt = np.linalg.svd(C[i])
             r = int((S > 1e-9 * S[0]).sum())
@@ -93,7 +93,7 @@ def jax_fns(mech):
         "id": lambda m, q, v, t, a: jm.rnea(m, q, v, a),
         "cid": lambda m, q, v, t, a: jm.inverse_dynamics(m, q, v, a).tau,
     }
-    return {k: jax.jit(jax.vmap(g, in_axes=(None, 0, 0, 0, 0))) for k, g in f.items()}
+    return {k: jm.jit(jax.vmap(g, in_axes=(None, 0, 0, 0, 0))) for k, g in f.items()}
 
 
 # ----------------------------------------------------------------------------- peers

@@ -61,14 +61,14 @@ def states(mech, n, spread, seed=0):
     base = min(n, 32)
     Q = np.tile(np.asarray(mech.q0), (base, 1))
     Q[:, qi] += rng.uniform(-spread, spread, (base, qi.size))
-    asm = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q)))
+    asm = jm.jit(jax.vmap(lambda q: jm.assemble(mech, q)))
     res = asm(jnp.asarray(Q))
     Q = np.asarray(res.q)[np.asarray(res.status) == 0]
     if len(Q) == 0:  # e.g. Cassie: q0 closed but singular for the actuated partition
         Q = np.asarray(sim.random_closed_configurations(mech, jax.random.PRNGKey(seed), base, 0.5 * spread))
         print(f"{mech.name}: no assembled state; states from random_closed_configurations around q0", flush=True)
     Q = Q[np.arange(n) % len(Q)]
-    C = np.asarray(jax.jit(jax.vmap(lambda q: jm.closure_jacobian(mech, q)))(jnp.asarray(Q)))
+    C = np.asarray(jm.jit(jax.vmap(lambda q: jm.closure_jacobian(mech, q)))(jnp.asarray(Q)))
     V = np.empty((n, mech.nv))
     for i in range(n):
         _, S, Vt = np.linalg.svd(C[i])
@@ -106,10 +106,10 @@ def bench(name, mech, batches, dtypes, passes, reps):
     Q, V, T = states(mech, n, 0.03 if "stewart" in name else 0.2)
     pin_fn, settings = pin_setup(mech, Q)
     rows = []
-    gam = jax.jit(jax.vmap(lambda q, v: (jm.closure_jacobian(mech, q), jm.closure_bias(mech, q, v))))
+    gam = jm.jit(jax.vmap(lambda q, v: (jm.closure_jacobian(mech, q), jm.closure_bias(mech, q, v))))
     Cs, Gs = (np.asarray(x) for x in gam(jnp.asarray(Q), jnp.asarray(V)))
     qp, vp, tp = jm.q_to_pinocchio(mech, Q), jm.v_to_pinocchio(mech, V), jm.v_to_pinocchio(mech, T)
-    f = jax.jit(jax.vmap(lambda m, q, v, t: jm.forward_dynamics(m, q, v, t).a, (None, 0, 0, 0)))
+    f = jm.jit(jax.vmap(lambda m, q, v, t: jm.forward_dynamics(m, q, v, t).a, (None, 0, 0, 0)))
     for dtype in dtypes:
         m = common.cast(mech, dtype)
         dname = jnp.dtype(dtype).name

@@ -76,7 +76,7 @@ def jaxmech_rollout(mech, m, q0, name: str, duration: float = 1.0, dt: float = 1
     assert nu == m.nu, (nu, m.nu)
     U = jnp.asarray(np.array([controls(name, k * dt, nu) for k in range(n)]))
     state = sim.SimState(jnp.asarray(q0), jnp.zeros(mech.nv))
-    f = jax.jit(lambda mech, s, u: sim.rollout(mech, s, u, dt, n))
+    f = jm.jit(lambda mech, s, u: sim.rollout(mech, s, u, dt, n))
     t0 = time.perf_counter()
     jax.block_until_ready(f(mech, state, U))
     t_compile = time.perf_counter() - t0
@@ -95,9 +95,9 @@ def compare(name: str, duration: float = 1.0, stiff: bool = False, with_jaxmech:
         wall_jm, compile_jm, gap_jm = jaxmech_rollout(mech, m, qs[0], name, duration)
         extra = dict(wall_jm=wall_jm, compile_jm=compile_jm, gap_jm=gap_jm)
     d = mujoco.MjData(m)
-    resjac = jax.jit(jm.closure_residual_and_jacobian)
-    fk = jax.jit(jm.forward_kinematics)
-    integrate, difference = jax.jit(jm.integrate), jax.jit(jm.difference)
+    resjac = jm.jit(jm.closure_residual_and_jacobian)
+    fk = jm.jit(jm.forward_kinematics)
+    integrate, difference = jm.jit(jm.integrate), jm.jit(jm.difference)
     act = np.asarray(mech.topo.actuated_v)
     passive = np.array([i for i in range(mech.nv) if i not in set(act.tolist())])
     fk_err = gap = vgap = joint = 0.0

@@ -126,7 +126,7 @@ def random_states(robot, mech, q_seed, n, key):
         q = jax.lax.fori_loop(0, 12, body, q)
         return q, jnp.max(jnp.abs(jm.closure_residual(mech, q)))
 
-    Q, res = jax.jit(jax.vmap(correct))(qg)
+    Q, res = jm.jit(jax.vmap(correct))(qg)
     return Q, np.asarray(res) <= 1e-12
 
 
@@ -240,13 +240,13 @@ def run_robot(robot: str, n: int, batch: int, n_mp: int, budget: Budget) -> dict
     row["states_assembled"] = f"{int(ok.sum())}/{n}"
     Q = Q[np.nonzero(ok)[0]] if ok.any() else q_seed[None]
     if mech.n_rows:
-        E = jax.jit(jax.vmap(lambda q: jm.tangent_map(mech, q, independent=active_of(robot, mech))))(Q)
-        CE = jax.jit(jax.vmap(lambda q, e: jm.closure_jacobian(mech, q) @ e))(Q, E)
+        E = jm.jit(jax.vmap(lambda q: jm.tangent_map(mech, q, independent=active_of(robot, mech))))(Q)
+        CE = jm.jit(jax.vmap(lambda q, e: jm.closure_jacobian(mech, q) @ e))(Q, E)
         row["max_CE"] = float(jnp.max(jnp.abs(CE)))
     else:
         row["max_CE"] = 0.0
     ms, masks = support_model(robot, q_seed)
-    check = jax.jit(jax.vmap(state_checks, in_axes=(None, 0, 0, None)))
+    check = jm.jit(jax.vmap(state_checks, in_axes=(None, 0, 0, None)))
     keys = jax.random.split(jax.random.PRNGKey(1), Q.shape[0])
     row["modes"] = {}
     mp_state = None
@@ -263,7 +263,7 @@ def run_robot(robot: str, n: int, batch: int, n_mp: int, budget: Budget) -> dict
         )
     if mech.n_rows and budget.left() > 0:
         Qb = jnp.tile(Q, (int(np.ceil(batch / Q.shape[0])), 1))[:batch]
-        f = jax.jit(jax.vmap(lambda q: jm.closure_residual_and_jacobian(mech, q)))
+        f = jm.jit(jax.vmap(lambda q: jm.closure_residual_and_jacobian(mech, q)))
         tm = common.time_interleaved({"resjac": f}, Qb, reps=5)["resjac"]
         row["resjac_us"] = tm.per_state_us(batch)  # wall time of the fastest call
         row["resjac_cpu_us"] = 1e6 * tm.cpu_best_s / batch  # process CPU time (robust to descheduling)

@@ -105,7 +105,7 @@ def kkt_only(mech, Q, V, T):
         M = w.mass_matrix() + jnp.diag(mech.armature)
         return M, C, g, t - _rnea(mech, w, q, v, None, motion=(V_, Ab))
 
-    M, C, g, b = jax.jit(jax.vmap(pre))(Q, V, T)
+    M, C, g, b = jm.jit(jax.vmap(pre))(Q, V, T)
 
     def solve(M, C, g, b):
         from jaxmech.constrained import _kkt_dense
@@ -171,7 +171,7 @@ def main():
             items.append(("kkt_blocks(+rank, unrolled)", solve_blocks, kargs))
         for k, f, a in items:
             t0 = time.perf_counter()
-            compiled = jax.jit(jax.vmap(f)).lower(*a).compile()
+            compiled = jm.jit(jax.vmap(f)).lower(*a).compile()
             info[k] = (time.perf_counter() - t0, _flops(compiled) / b)
             jax.block_until_ready(compiled(*a))
             fns[k], args_of[k] = compiled, a

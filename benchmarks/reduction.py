@@ -39,9 +39,9 @@ def _time(fn, *args, reps: int = 5):
 
 def _functions(jm, red, mech):
     return {
-        "tangent_map": jax.jit(jax.vmap(lambda q, v: red.tangent_map(mech, q))),
-        "gamma_analytic": jax.jit(jax.vmap(lambda q, v: jm.closure_bias(mech, q, v))),
-        "gamma_autodiff": jax.jit(jax.vmap(lambda q, v: jm.closure_bias_autodiff(mech, q, v))),
+        "tangent_map": jm.jit(jax.vmap(lambda q, v: red.tangent_map(mech, q))),
+        "gamma_analytic": jm.jit(jax.vmap(lambda q, v: jm.closure_bias(mech, q, v))),
+        "gamma_autodiff": jm.jit(jax.vmap(lambda q, v: jm.closure_bias_autodiff(mech, q, v))),
     }
 
 

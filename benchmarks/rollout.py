@@ -36,8 +36,8 @@ def env_throughput(jm, dtype, batches, budget, reps=5):
     mech = common.cast(jm.load(common.CONFIGS / "stewart.toml"), jnp.dtype(dtype))
     env = envs.stewart_pose_env(mech, n_targets=8, substeps=2, dt=1e-3)
     env = common.cast(env, jnp.dtype(dtype))
-    step = jax.jit(jax.vmap(lambda s, a: env.step(s, a)))
-    reset = jax.jit(jax.vmap(lambda k: env.reset(k)))
+    step = jm.jit(jax.vmap(lambda s, a: env.step(s, a)))
+    reset = jm.jit(jax.vmap(lambda k: env.reset(k)))
     out = []
     for b in batches:
         if budget.left() <= 0:
@@ -74,13 +74,13 @@ def long_rollout(jm, name, dtype, batch, seconds, dt, chunk, budget, excite="pas
             # least-squares port efforts balancing gravity on the mobility: E^T P^T f = E^T g
             return jnp.linalg.lstsq((P @ E).T, E.T @ jm.gravity_torques(mech, q))[0]
 
-        U0 = jax.jit(jax.vmap(comp))(Q)
+        U0 = jm.jit(jax.vmap(comp))(Q)
     else:
         U0 = jnp.zeros((batch, nu), dtype)
     state = sim.SimState(Q, jnp.zeros((batch, mech.nv), dtype))
-    f = jax.jit(jax.vmap(lambda s, u: sim.rollout(mech, s, u, dt, chunk, with_energy=True)))
-    e0 = jax.jit(jax.vmap(lambda q, v: sim.energy(mech, q, v)))(state.q, state.v)
-    ke = jax.jit(jax.vmap(lambda q, v: sim.kinetic_energy(mech, q, v)))
+    f = jm.jit(jax.vmap(lambda s, u: sim.rollout(mech, s, u, dt, chunk, with_energy=True)))
+    e0 = jm.jit(jax.vmap(lambda q, v: sim.energy(mech, q, v)))(state.q, state.v)
+    ke = jm.jit(jax.vmap(lambda q, v: sim.kinetic_energy(mech, q, v)))
     n_total = int(round(seconds / dt))
     done, gap, drift, ke_max, t_run, t_compile = 0, 0.0, 0.0, 0.0, 0.0, None
     while done < n_total:

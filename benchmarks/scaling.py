@@ -51,7 +51,7 @@ def main(argv=None) -> dict:
     bank = load_bank(mech, 256)
     dtype = bench.DTYPES[a.precision]
     host = [np.resize(bank[n], (a.batch,) + bank[n].shape[1:]).astype(dtype) for n in st.inputs]
-    fn = jax.jit(jax.vmap(st.fn, in_axes=(None,) + (0,) * len(st.inputs)))
+    fn = jm.jit(jax.vmap(st.fn, in_axes=(None,) + (0,) * len(st.inputs)))
     runs = {}
     for n in counts:
         mesh = sharding.batch_mesh(n)

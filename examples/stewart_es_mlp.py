@@ -49,7 +49,7 @@ def mlp_policy(obs_scale):
 def make_evaluate(env, policy):
     """One compiled evaluation per policy (params and keys traced): mean return and length."""
 
-    @jax.jit
+    @jm.jit
     def run(params, keys):
         R, m = jax.vmap(lambda k: envs.episode_return(env, policy, params, k))(keys)
         return jnp.mean(R), jnp.mean(m["length"])

@@ -11,6 +11,7 @@ _xla.configure()  # before any JAX backend use; see _xla.py (CPU LAPACK deadlock
 
 
 from . import envs, lie, rank, sysid  # noqa: F401  (jm.envs, jm.sysid as attributes)
+from ._jit import jit
 from .assembly import STATUS_MESSAGES, AssemblyError, AssemblyResult, assemble
 from .closure import (
     check_jacobian,
@@ -72,6 +73,7 @@ from .simulate import SimState, StepInfo, rollout, rollout_batch, step, step_wit
 from .tracking import TrackResult, track
 
 __all__ = [
+    "jit",
     "Kinematics",
     "kinematics",
     "mass_matrix",

@@ -20,6 +20,8 @@ import inspect
 
 import jax
 
+from ._jit import jit
+
 _TRACER_ERRORS = (
     jax.errors.ConcretizationTypeError,
     jax.errors.TracerArrayConversionError,
@@ -49,7 +51,7 @@ def entry(static_argnames: tuple[str, ...] = (), prime_mobility: bool = False, e
 
     def deco(fn):
         sig = inspect.signature(fn)
-        jitted = jax.jit(fn, static_argnames=static_argnames)
+        jitted = jit(fn, static_argnames=static_argnames)
         refused: set = set()  # static keys whose body needs concrete values
 
         @functools.wraps(fn)

@@ -40,6 +40,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from . import sharding
+from ._jit import jit
 from .bench_stages import STAGES, Stage, load_bank, stages
 from .mechanism import Mechanism
 
@@ -150,9 +151,9 @@ class _Group:
         self.stage, self.dtype, self.mesh, self.bank = stage, dtype, mesh, bank
         self.matmul_precision = matmul
         self.mech = sharding.replicate(cast(mech64, dtype), mesh)
-        self.fn = jax.jit(jax.vmap(stage.fn, in_axes=(None,) + (0,) * len(stage.inputs)))
+        self.fn = jit(jax.vmap(stage.fn, in_axes=(None,) + (0,) * len(stage.inputs)))
         if stage.name not in acc_fns:  # float64 check, one compile per stage for both precisions
-            acc_fns[stage.name] = jax.jit(stage.accuracy)
+            acc_fns[stage.name] = jit(stage.accuracy)
         self.acc = acc_fns[stage.name]
         self.mech64 = mech64
         self.last: Row | None = None
@@ -209,7 +210,7 @@ class _Group:
 def _head(out, idx: np.ndarray, mesh):
     """Rows ``idx`` of a sharded output, replicated and copied to host (works across processes)."""
     whole = NamedSharding(mesh, PartitionSpec())
-    take = jax.jit(lambda t: jax.tree_util.tree_map(lambda x: x[idx], t), out_shardings=whole)
+    take = jit(lambda t: jax.tree_util.tree_map(lambda x: x[idx], t), out_shardings=whole)
     return jax.tree_util.tree_map(np.asarray, take(out))
 
 

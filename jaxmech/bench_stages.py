@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._jit import jit
 from .assembly import assemble, partition
 from .closure import closure_jacobian, closure_jacobian_autodiff, closure_residual, closure_residual_and_jacobian
 from .constrained import forward_dynamics
@@ -168,7 +169,7 @@ def make_bank(mech: Mechanism, k: int, seed: int = 0, track_steps: int = 8) -> d
     except Exception:  # no actuated joints: track is skipped (see bench)
         aq = np.zeros(0, int)
 
-    @jax.jit
+    @jit
     def gen(m):
         # closed states: random moves of q0 in every direction, then minimum-norm Gauss-Newton
         # steps back onto rho = 0 (jm.simulate.project_position); speeds projected onto C v = 0

@@ -20,6 +20,7 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
+from ._jit import jit
 from .cli import app, console, enable_x64, load_or_exit
 
 
@@ -152,7 +153,6 @@ def track(
     """Track a path of active coordinates (predictor-corrector, homotopy fallback); write a CSV
     of all coordinates with status and residual per step, and a plot."""
     enable_x64()
-    import jax
     import jax.numpy as jnp
 
     from .assembly import CONVERGED, partition
@@ -173,7 +173,7 @@ def track(
         raise typer.Exit(2)
     data = data[:, [cols.index(i) for i in aq]]
     n = len(data)
-    f = jax.jit(lambda q0, p: _track(mech, q0, p, bases))
+    f = jit(lambda q0, p: _track(mech, q0, p, bases))
     q = jnp.asarray(_apply_sets(mech, np.asarray(mech.q0), set_))
     Q, S, R, FB = [], [], [], []
     with Progress(console=console) as prog:

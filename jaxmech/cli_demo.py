@@ -21,6 +21,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ._jit import jit
 from .cli import app, console, enable_x64, load_or_exit
 
 
@@ -98,7 +99,7 @@ def demo(
         qa = active_q_indices(mech, partition(mech, list(act)))  # q entries of the leg lengths
         Q0 = np.repeat(np.asarray(mech.q0)[None], batch, 0)
         Q0[:, qa] += rng.uniform(-0.04, 0.04, (batch, qa.size))
-        f_asm = jax.jit(jax.vmap(lambda q: assemble(mech, q)))
+        f_asm = jit(jax.vmap(lambda q: assemble(mech, q)))
         res, c_asm, r_asm = _timed(f_asm, jnp.asarray(Q0))
         ok = np.asarray(res.status) == 0
         rows.append(
@@ -117,7 +118,7 @@ def demo(
         s = np.linspace(0.0, 2 * np.pi, path_steps)
         base = np.asarray(mech.q0)[qa]
         path = base[None] + 0.03 * np.sin(s)[:, None] * np.cos(np.arange(qa.size) * np.pi / 3)[None]
-        f_tr = jax.jit(lambda q, p: track(mech, q, p, list(act)))
+        f_tr = jit(lambda q, p: track(mech, q, p, list(act)))
         tr, c_tr, r_tr = _timed(f_tr, mech.q0, jnp.asarray(path))
         z_path = np.asarray(jax.vmap(lambda q: frame_pose(mech, q, center))(tr.q)[:, :3, 3])
         rows.append(
@@ -142,7 +143,7 @@ def demo(
             Ep = E @ jnp.linalg.inv(P @ E)
             return Ep.T @ gravity_torques(mech, q)
 
-        F0 = jax.jit(jax.vmap(grav_comp))(Qs)
+        F0 = jit(jax.vmap(grav_comp))(Qs)
         tt = dt * np.arange(steps)
         phase = rng.uniform(0, 2 * np.pi, (batch, 1, len(mech.topo.port_names)))
         amp = np.zeros(len(mech.topo.port_names))

@@ -5,8 +5,8 @@ Typical training stack (the order of Brax's ``wrap_for_training``)::
 
     env = envs.stewart_pose_env(mech)
     env = AutoResetWrapper(EpisodeWrapper(DomainRandomizationWrapper(env, key, batch=256)))
-    state = jax.jit(env.reset)(jax.random.split(key, 256))     # batched
-    state = jax.jit(env.step)(state, actions)                   # (256, na) in [-1, 1]
+    state = jm.jit(env.reset)(jax.random.split(key, 256))     # batched
+    state = jm.jit(env.step)(state, actions)                   # (256, na) in [-1, 1]
 
 Without :class:`DomainRandomizationWrapper` the wrappers act on one environment; batch them with
 ``jax.vmap`` as usual. All wrappers are pure ``eqx.Module`` s.
@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._jit import filter_jit
 from .mechanism import Mechanism
 
 
@@ -185,7 +186,7 @@ class DomainRandomizationWrapper(eqx.Module):
 
     def __init__(self, env, key, batch: int, **ranges):
         keys = jax.random.split(key, batch)
-        self.envs = eqx.filter_jit(lambda e, k: jax.vmap(lambda kk: randomize(e, kk, **ranges))(k))(env, keys)
+        self.envs = filter_jit(lambda e, k: jax.vmap(lambda kk: randomize(e, kk, **ranges))(k))(env, keys)
         self.batch = batch
 
     def __getattr__(self, name):

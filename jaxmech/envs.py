@@ -63,6 +63,7 @@ import numpy as np
 import optax
 
 from . import lie
+from ._jit import filter_jit, jit
 from .dynamics import crba, gravity_torques
 from .kinpass import frame_jacobian, frame_pose
 from .mechanism import Mechanism
@@ -252,7 +253,7 @@ def _port_lift(mech: Mechanism, q, port_index):
     return E @ jnp.linalg.inv(P @ E)
 
 
-@eqx.filter_jit
+@filter_jit
 def env_tables(mech: Mechanism, bank, frame: str, idx: tuple, port_accel, limit_frequency, project_iters: int = 0):
     """Construction-time tables of a model (pure; vmap it over randomized models): the bank
     projected onto the model's closure (``project_iters`` Gauss-Newton steps), the frame poses
@@ -300,7 +301,7 @@ def make_tracking_env(
     if missing:
         raise ValueError(f"{mech.name}: unknown port(s) {missing} (ports: {', '.join(names)})")
     idx = tuple(names.index(p) for p in ports)
-    bank = eqx.filter_jit(random_closed_configurations)(mech, jax.random.PRNGKey(seed), n_targets, spread)
+    bank = filter_jit(random_closed_configurations)(mech, jax.random.PRNGKey(seed), n_targets, spread)
     bank, poses, pv, scale, lk, lc = env_tables(mech, bank, frame, idx, port_accel, limit_frequency)
     if effort_limit is not None:
         scale = jnp.broadcast_to(jnp.asarray(effort_limit, scale.dtype), scale.shape)
@@ -411,7 +412,7 @@ def evolution_strategy(
         )
         return R.reshape(P, E).mean(1), m["length"].reshape(P, E).mean(1)
 
-    @jax.jit
+    @jit
     def iteration(theta, ost, key):
         """One ES update; also returns the evaluation return / length of the *incoming* theta."""
         k1, k2 = jax.random.split(key)

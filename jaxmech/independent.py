@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._jit import jit
 from .mechanism import Mechanism
 
 #: Preference tiers of :func:`coordinate_tiers` (higher = chosen as dependent first).
@@ -128,7 +129,7 @@ def _is_concrete(*xs) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(xs))
 
 
-@partial(jax.jit, static_argnames=("rtol",))
+@partial(jit, static_argnames=("rtol",))
 def _closed_reference(mech: Mechanism, q0: jnp.ndarray, rtol: float):
     """``(rank, C)`` of the closure Jacobian after minimum-norm Gauss-Newton projection of ``q0``
     onto the closure manifold (off the manifold the rank of redundant rows can be larger)."""
@@ -140,7 +141,7 @@ def _closed_reference(mech: Mechanism, q0: jnp.ndarray, rtol: float):
     return numerical_rank(C, rtol), C
 
 
-_select_compiled_jit = jax.jit(select_independent, static_argnames=("d", "rtol", "ptol"))
+_select_compiled_jit = jit(select_independent, static_argnames=("d", "rtol", "ptol"))
 
 
 def _select_compiled(C, d: int, tiers, rtol: float):

@@ -18,6 +18,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ._jit import jit
+
 
 def pseudo_inertia(mass, com, inertia) -> jnp.ndarray:
     """4x4 pseudo-inertia from mass (kg), COM (3,) m and inertia about the COM (3, 3) kg m^2."""
@@ -71,7 +73,7 @@ def inertial_to_theta(mass, com, inertia) -> jnp.ndarray:
     )
 
 
-@jax.jit
+@jit
 def theta_to_inertial_batch(theta):
     """Masses (n,) of a batch of log-Cholesky vectors (n, 10)."""
     return jax.vmap(theta_to_inertial)(theta)[0]

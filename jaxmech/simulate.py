@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._jit import jit
 from .closure import closure_residual_and_jacobian
 from .kinpass import forward_kinematics, integrate
 from .mechanism import Mechanism
@@ -310,8 +311,8 @@ def make_rollout(mech: Mechanism, dt: float, n: int, batched: bool = True, **kwa
     """A jitted ``f(states, controls) -> (trajectory, infos)`` with the options bound (the model
     is closed over as a constant: fastest when it is not being fitted)."""
     if batched:
-        return jax.jit(lambda s, u: rollout_batch(mech, s, u, dt, n, **kwargs))
-    return jax.jit(lambda s, u: rollout(mech, s, u, dt, n, **kwargs))
+        return jit(lambda s, u: rollout_batch(mech, s, u, dt, n, **kwargs))
+    return jit(lambda s, u: rollout(mech, s, u, dt, n, **kwargs))
 
 
 def random_closed_configurations(mech: Mechanism, key, n: int, spread: float = 0.05, iters: int = 6) -> jnp.ndarray:

@@ -61,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ._jit import filter_jit, jit
 from .dynamics import rnea
 from .inertial import (  # noqa: F401  (re-exported: jaxmech.sysid.<name> stays valid)
     _U,
@@ -176,7 +177,7 @@ def make_dataset(
     k1, k2, k3, k4 = jax.random.split(key, 4)
     d = len(mech.topo.port_names)
     ind = None if independent is None else tuple(independent)
-    Q = eqx.filter_jit(random_closed_configurations)(mech, k1, n, spread)
+    Q = filter_jit(random_closed_configurations)(mech, k1, n, spread)
     U = jnp.asarray(speed, Q.dtype) * jax.random.normal(k2, (n, d), Q.dtype)
     Ud = jnp.asarray(accel, Q.dtype) * jax.random.normal(k3, (n, d), Q.dtype)
     parts = [
@@ -194,7 +195,7 @@ def add_effort_noise(data: Dataset, key, noise: float) -> Dataset:
     return eqx.tree_at(lambda d: d.f, data, F + noise * rms * jax.random.normal(key, F.shape, F.dtype))
 
 
-@eqx.filter_jit
+@filter_jit
 def _lift_states(mech, Q, U, Ud, independent, d):
     ind = None if independent is None else list(independent)
 
@@ -260,7 +261,7 @@ def identify(
         opt = optax.lbfgs()
         vg = optax.value_and_grad_from_state(full)
 
-        @jax.jit
+        @jit
         def update(theta, ost, k):
             val, g = vg(theta, state=ost)
             upd, ost = opt.update(g, ost, theta, value=val, grad=g, value_fn=full)
@@ -269,7 +270,7 @@ def identify(
     elif optimizer == "adam":
         opt = optax.adam(optax.cosine_decay_schedule(learning_rate, iterations, alpha=0.05))
 
-        @jax.jit
+        @jit
         def update(theta, ost, k):
             sl = jnp.arange(N) if batch_size is None else jax.random.choice(k, N, (batch_size,), replace=False)
             val, g = jax.value_and_grad(loss_fn)(theta, sl)
@@ -293,7 +294,7 @@ def identify(
         if callback is not None:
             callback(it, losses[-1])
         theta = theta_new
-    losses.append(float(jax.jit(full)(theta)))
+    losses.append(float(jit(full)(theta)))
     if m_true is not None:
         errs.append(np.abs(np.asarray(theta_to_inertial_batch(theta)) - m_true) / m_true)
     return SysIdResult(set_theta(mech_guess, bodies, theta), theta, np.asarray(losses), np.asarray(errs))
@@ -370,7 +371,7 @@ def _directions(mech, full, scaled):
     return jnp.stack(D) if D else jnp.zeros((0, nb, 10), phi0.dtype)
 
 
-@eqx.filter_jit
+@filter_jit
 def _regressor_chunk(mech, D, q, v, a, Ep):
     phi0 = _all_phi(mech)
 
@@ -553,7 +554,7 @@ def _descend(loss, masses, z0, iterations, optimizer, learning_rate, adam_iterat
         (z, _), h = jax.lax.scan(step, (z, opt.init(z)), None, length=n)
         return z, h
 
-    @jax.jit
+    @jit
     def run(z):
         if optimizer == "lbfgs":
             z, (ls, ms) = run_lbfgs(z, iterations)

@@ -11,18 +11,18 @@
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._jit import filter_jit, jit
 from .closure import closure_jacobian, closure_residual
 from .curvature import closure_bias
 from .graph import ModelError
 from .mechanism import Mechanism
 
 
-@eqx.filter_jit
+@filter_jit
 def _project(mech, Q, V, A):
     """Minimum-norm projections onto the closure: q by Gauss-Newton, then ``C v = 0`` and
     ``C a + gamma = 0`` (least squares; rank-deficient rows allowed)."""
@@ -38,7 +38,7 @@ def _project(mech, Q, V, A):
     return jax.vmap(one)(Q, V, A)
 
 
-@eqx.filter_jit
+@filter_jit
 def _lifts(mech, Q, V, A):
     from .sysid import port_lift
 
@@ -197,10 +197,10 @@ def from_encoders(mech: Mechanism, t, q_actuated, effort, *, q_start=None, windo
     qs, qd, qdd = savgol(qa, dt, window, order)
     dtype = mech.mass.dtype
     q0 = mech.q0 if q_start is None else jnp.asarray(q_start, dtype)
-    res = jax.jit(lambda m, q0, p: track(m, q0, p))(mech, q0, jnp.asarray(qs, dtype))
+    res = jit(lambda m, q0, p: track(m, q0, p))(mech, q0, jnp.asarray(qs, dtype))
     Q = res.q
 
-    @eqx.filter_jit
+    @filter_jit
     def lift(mech, Q, U, Ud):
         def one(q, u, ud):
             v = tangent_map(mech, q, independent=act) @ u

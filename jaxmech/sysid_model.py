@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._jit import filter_jit, jit
 from .graph import ModelError
 from .inertial import inertial_from_standard, inertial_to_theta, standard_parameters, theta_to_standard
 from .mechanism import Mechanism
@@ -125,7 +126,7 @@ def _joint_columns(mech: Mechanism, joints: dict):
     return out
 
 
-@eqx.filter_jit
+@filter_jit
 def _regress(mech, D, q, v, a, Ep):
     """Efforts (N, np) of the model and their derivatives (N, np, p) along the directions D."""
     from .sysid import port_inverse_dynamics
@@ -369,7 +370,7 @@ def _gauss_newton_full(A, y, x_lin_sol, xg, p_lin, nf, iterations, rtol):
     U, S, Vt = np.linalg.svd(A, full_matrices=False)
     Rr, b = S[:, None] * Vt, U.T @ y  # |A c - y|^2 = |Rr c - b|^2 + const
 
-    @jax.jit
+    @jit
     def step(z):
         res = Rr @ coeffs(z) - b
         J = Rr @ jax.jacfwd(coeffs)(z)

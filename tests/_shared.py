@@ -24,7 +24,7 @@ def load(name: str) -> jm.Mechanism:
     return jm.load(CONFIGS / f"{name}.toml")
 
 
-@jax.jit
+@jm.jit
 def _assemble_batch(mech, guesses):
     return jax.vmap(jm.assemble, in_axes=(None, 0))(mech, guesses)
 

@@ -53,7 +53,7 @@ def four_bar(configs_dir):
 def solve():
     """One compiled batched assembly per topology; the model is an argument (no recompiles for
     changed lengths)."""
-    return jax.jit(jax.vmap(lambda m, q: jm.assemble(m, q), in_axes=(None, 0)))
+    return jm.jit(jax.vmap(lambda m, q: jm.assemble(m, q), in_axes=(None, 0)))
 
 
 PAD = 250  # every batched call uses this batch size, so each topology compiles once
@@ -147,7 +147,7 @@ def test_active_set_statuses_and_throw(four_bar):
 def test_track_four_bar_1000_steps(four_bar):
     n = 1000
     th = np.linspace(0.0, 4 * np.pi, n)
-    res = jax.jit(lambda q0, path: jm.track(four_bar, q0, path))(four_bar.q0, jnp.asarray(th)[:, None])
+    res = jm.jit(lambda q0, path: jm.track(four_bar, q0, path))(four_bar.q0, jnp.asarray(th)[:, None])
     assert np.all(np.asarray(res.status) == A.CONVERGED)
     assert np.asarray(res.residual).max() <= 1e-10
     # continuous motion stays on the branch of the first (homotopy-acquired) configuration
@@ -176,7 +176,7 @@ def test_implicit_gradients_match_central_differences(four_bar, solve):
 
     dmech = jax.tree.map(jnp.zeros_like, four_bar)
     dmech_l = eqx.tree_at(lambda m: m.X_parent, dmech, dmech.X_parent.at[jr, 0, 3].set(1.0))
-    jvp = jax.jit(lambda m, c, dm, dc: jax.jvp(f, (m, c), (dm, dc))[1])
+    jvp = jm.jit(lambda m, c, dm, dc: jax.jvp(f, (m, c), (dm, dc))[1])
     jv_c = np.asarray(jvp(four_bar, c0, dmech, 1.0))
     jv_l = np.asarray(jvp(four_bar, c0, dmech_l, 0.0))
     for jv, fd in ((jv_c, fd_c), (jv_l, fd_l)):
@@ -193,7 +193,7 @@ def test_implicit_gradients_match_central_differences(four_bar, solve):
         assert np.abs(jv - fd).max() <= 1e-6 * np.abs(fd).max()
     assert jv_c[0] == pytest.approx(1.0)
     # reverse mode (grad of the rocker angle) agrees with forward mode
-    gm, gc = jax.jit(jax.grad(lambda m, c: f(m, c)[2], argnums=(0, 1)))(four_bar, c0)
+    gm, gc = jm.jit(jax.grad(lambda m, c: f(m, c)[2], argnums=(0, 1)))(four_bar, c0)
     assert float(gc) == pytest.approx(jv_c[2], rel=1e-10)
     assert float(gm.X_parent[jr, 0, 3]) == pytest.approx(jv_l[2], rel=1e-10)
 
@@ -275,7 +275,7 @@ def test_stewart_inverse_kinematics(stewart, stewart_geometry):
         G[k, 3:7] = (Rotation.from_rotvec(rng.uniform(-0.1, 0.1, 3)) * R0).as_quat()[[3, 0, 1, 2]]
     G[3] = np.nan
     G[4, 2] = 3.0  # platform 3 m up: legs would have to exceed their upper limit
-    r = jax.jit(jax.vmap(lambda q: jm.assemble(mech, q, active="platform_free")))(jnp.asarray(G))
+    r = jm.jit(jax.vmap(lambda q: jm.assemble(mech, q, active="platform_free")))(jnp.asarray(G))
     st = np.asarray(r.status)
     assert st[3] == A.NONFINITE_INPUT and st[4] == A.OUT_OF_BOUNDS
     good = np.setdiff1d(np.arange(B), [3, 4])
@@ -366,7 +366,7 @@ def test_track_falls_back_to_homotopy_and_batches(four_bar):
     raised from the default 150."""
     base = jnp.linspace(0.0, 1.0, 40)
     paths = jnp.stack([base.at[20:].add(3.0), base, -base])[..., None]
-    res = jax.jit(jax.vmap(lambda p: jm.track(four_bar, four_bar.q0, p, max_inner=4, max_iter=400)))(paths)
+    res = jm.jit(jax.vmap(lambda p: jm.track(four_bar, four_bar.q0, p, max_inner=4, max_iter=400)))(paths)
     assert np.all(np.asarray(res.status) == A.CONVERGED)
     assert np.asarray(res.residual).max() <= 1e-10
     assert bool(np.asarray(res.fallback)[0, 20])

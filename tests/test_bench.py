@@ -53,7 +53,7 @@ def test_accuracy_is_float64_check_of_each_precision(kin_report, four_bar):
     assert 1e-9 < acc[("f32", 6)] < 1e-5  # float32 rounding, seen through a float64 check
     # the output head: the first 4 of the 6 rows (the bank repeated), as plain forward kinematics gives
     head = rep["outputs"]["kinematics_f64"]
-    fk = jax.jit(jm.forward_kinematics)  # one state at a time, no vmap, no sharding
+    fk = jm.jit(jm.forward_kinematics)  # one state at a time, no vmap, no sharding
     ref = np.stack([np.asarray(fk(four_bar, q[i % 4])) for i in range(4)])
     np.testing.assert_allclose(head, ref, rtol=0, atol=1e-14)
 

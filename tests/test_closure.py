@@ -82,7 +82,7 @@ def _zoo() -> jm.Mechanism:
     g = jm.Graph(name="zoo")
     _tree(g)
     tree = jm.compile(g)
-    Tb = np.asarray(jax.jit(jm.forward_kinematics)(tree, tree.q0))
+    Tb = np.asarray(jm.jit(jm.forward_kinematics)(tree, tree.q0))
     owner = g.frame_owner()
 
     def T(name):  # world pose of a body / site / the world at q0
@@ -113,7 +113,7 @@ def _zoo() -> jm.Mechanism:
 @pytest.fixture(scope="module")
 def zoo():
     mech = _zoo()
-    both = jax.jit(lambda m, q: (jm.closure_residual_and_jacobian(m, q), jm.closure_jacobian_autodiff(m, q)))
+    both = jm.jit(lambda m, q: (jm.closure_residual_and_jacobian(m, q), jm.closure_jacobian_autodiff(m, q)))
     keys = jax.random.split(jax.random.PRNGKey(0), 12)
     vs = [jax.random.normal(k, (mech.nv,)) * s for k, s in zip(keys, [0.3, 0.6, 1.0] * 4, strict=True)]
     qs = [mech.q0] + [jm.integrate(mech, mech.q0, v) for v in vs]
@@ -161,7 +161,7 @@ def test_analytic_jacobian_vs_autodiff(zoo, ctype):
 
 def test_check_jacobian_api(configs_dir):
     four = jm.load(configs_dir / "four_bar.toml")
-    check = jax.jit(jm.check_jacobian)
+    check = jm.jit(jm.check_jacobian)
     for k in jax.random.split(jax.random.PRNGKey(2), 3):
         out = check(four, jm.random_configuration(four, k, scale=3.0))
         assert float(out["max_rel"]) <= 1e-9
@@ -174,7 +174,7 @@ def test_residual_is_what_it_says(zoo):
     (r, _), _ = zoo["evals"][5]
     r = np.asarray(r)
     rn = mech.topo.row_names
-    Tall = np.asarray(jax.jit(jm.forward_kinematics)(mech, q))
+    Tall = np.asarray(jm.jit(jm.forward_kinematics)(mech, q))
     T = lambda n: Tall[mech.body_names.index(n)]  # noqa: E731
     # distance: |p_b - p_a| - length, with the constraint frames = site frames @ extra poses
     k = list(mech.topo.loop_names).index("c_dist")
@@ -257,7 +257,7 @@ def test_cycle_local_evaluation(zoo, subset):
     expect = sum(sum(1 for r in mech.topo.row_names if r.split(":")[0] == n) for n in subset)
     assert len(rows) == expect
     assert all(mech.topo.row_names[i].split(":")[0] in subset for i in rows)
-    f = jax.jit(lambda m, q: (jm.closure_residual(m, q, loops=subset), jm.closure_jacobian(m, q, loops=subset)))
+    f = jm.jit(lambda m, q: (jm.closure_residual(m, q, loops=subset), jm.closure_jacobian(m, q, loops=subset)))
     for q, ((r, J), _) in list(zip(zoo["qs"], zoo["evals"], strict=True))[:4]:
         rs, Js = f(mech, q)
         assert rs.shape == (len(rows),) and Js.shape == (len(rows), mech.nv)
@@ -274,8 +274,8 @@ def test_unknown_loop_name(zoo):
 def test_batched_jit_vmap(zoo, n):
     mech = zoo["mech"]
     keys = jax.random.split(jax.random.PRNGKey(3), n)
-    qs = jax.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0)))(mech, keys)
-    f = jax.jit(jax.vmap(jm.closure_residual_and_jacobian, in_axes=(None, 0)))
+    qs = jm.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0)))(mech, keys)
+    f = jm.jit(jax.vmap(jm.closure_residual_and_jacobian, in_axes=(None, 0)))
     r, J = f(mech, qs)
     assert r.shape == (n, mech.n_rows) and J.shape == (n, mech.n_rows, mech.nv)
     assert bool(jnp.all(jnp.isfinite(r))) and bool(jnp.all(jnp.isfinite(J)))
@@ -290,7 +290,7 @@ def test_float32_runs(zoo):
     mech = zoo["mech"]
     m32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32) if hasattr(x, "dtype") else x, mech)
     q = zoo["qs"][1]
-    r32, J32 = jax.jit(jm.closure_residual_and_jacobian)(m32, q.astype(jnp.float32))
+    r32, J32 = jm.jit(jm.closure_residual_and_jacobian)(m32, q.astype(jnp.float32))
     (r, J), _ = zoo["evals"][1]
     assert r32.dtype == jnp.float32 and J32.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(r32), np.asarray(r), atol=1e-4)
@@ -324,8 +324,8 @@ def test_world_pass_terms_match_cycle_local(zoo):
         jax.random.split(keys[0], 16)
     )
     V = jax.random.normal(keys[1], (16, mech.nv))
-    Cw, gw, rw, Jw = jax.jit(jax.vmap(world))(Q, V)
-    Cl, gl, rl = jax.jit(jax.vmap(local))(Q, V)
+    Cw, gw, rw, Jw = jm.jit(jax.vmap(world))(Q, V)
+    Cl, gl, rl = jm.jit(jax.vmap(local))(Q, V)
     scale = float(jnp.max(jnp.abs(Cl)))
     assert float(jnp.max(jnp.abs(Cw - Cl))) <= 1e-12 * scale
     assert float(jnp.max(jnp.abs(Jw - Cl))) <= 1e-12 * scale

@@ -48,7 +48,7 @@ _RJ: dict[str, object] = {}
 def res_jac(m: jm.Mechanism):
     """Jitted (residual, Jacobian) of one mechanism, cached (compiled once per config)."""
     if m.name not in _RJ:
-        _RJ[m.name] = jax.jit(lambda q: jm.closure_residual_and_jacobian(m, q))
+        _RJ[m.name] = jm.jit(lambda q: jm.closure_residual_and_jacobian(m, q))
     return _RJ[m.name]
 
 
@@ -84,7 +84,7 @@ def test_config_loads(name):
     assert len(m.topo.row_names) == m.n_rows
 
 
-@jax.jit
+@jm.jit
 def _worst_jacobian_error(m, keys):
     """Largest relative / absolute error of the analytic Jacobian against jax.jacfwd over random
     states drawn from ``keys`` (jitted once per mechanism and batch size; the model is an argument)."""
@@ -127,7 +127,7 @@ def _newton_close(m, q, iters: int = 50):
     """Plain Gauss-Newton on the passive coordinates (numpy lstsq), independent of jm.assemble."""
     passive = np.setdiff1d(np.arange(m.nv), np.asarray(m.topo.actuated_v))
     f = res_jac(m)
-    step = jax.jit(lambda q, v: jm.integrate(m, q, v))
+    step = jm.jit(lambda q, v: jm.integrate(m, q, v))
     for _ in range(iters):
         r, J = f(q)
         if float(jnp.abs(r).max()) < 1e-13:
@@ -228,7 +228,7 @@ def test_stewart_leg_frames_measure_leg_length():
             errs.append(jnp.linalg.norm(pb - pa) - q[m.q_slice(f"leg_{i}_length")][0])
         return jnp.max(jnp.abs(jnp.stack(errs)))
 
-    assert float(jnp.max(jax.jit(jax.vmap(dist_err))(qs))) <= 1e-13
+    assert float(jnp.max(jm.jit(jax.vmap(dist_err))(qs))) <= 1e-13
 
 
 @pytest.mark.parametrize("n", [256, pytest.param(8192, marks=pytest.mark.slow)])
@@ -236,7 +236,7 @@ def test_stewart_batched_residual_and_jacobian(n):
     m = load("stewart.toml")
     keys = jax.random.split(jax.random.PRNGKey(11), n)
     qs = jax.vmap(lambda k: jm.random_configuration(m, k, 1.0))(keys)
-    f = jax.jit(jax.vmap(jm.closure_residual_and_jacobian, in_axes=(None, 0)))
+    f = jm.jit(jax.vmap(jm.closure_residual_and_jacobian, in_axes=(None, 0)))
     r, J = f(m, qs)
     assert r.shape == (n, 18) and J.shape == (n, 18, 24)
     assert bool(jnp.all(jnp.isfinite(r))) and bool(jnp.all(jnp.isfinite(J)))
@@ -278,7 +278,7 @@ def test_excavator_cylinder_ports_measure_cylinder_length():
         ]
         return jnp.max(jnp.abs(jnp.stack(e)))
 
-    assert float(jnp.max(jax.jit(jax.vmap(err))(qs))) <= 1e-13
+    assert float(jnp.max(jm.jit(jax.vmap(err))(qs))) <= 1e-13
     # the nominal pose keeps every cylinder inside its stroke and the bucket teeth above ground
     q = _newton_close(m, m.q0)
     assert bool(jnp.all((q >= m.lower - 1e-12) & (q <= m.upper + 1e-12)))

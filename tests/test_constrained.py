@@ -48,12 +48,12 @@ def _consistent_states(mech, Q, seed=0, rows=None):
     return np.array(V), rng.normal(size=(len(Q), mech.nv))
 
 
-@jax.jit
+@jm.jit
 def _jacobians(mech, Q):
     return jax.vmap(jm.closure_jacobian, (None, 0))(mech, Q)
 
 
-@jax.jit
+@jm.jit
 def _closure_terms(mech, Q, V):
     """C, gamma (analytic), gamma (jvp autodiff), M and h per state: one compile per mechanism."""
     return jax.vmap(
@@ -67,7 +67,7 @@ def _closure_terms(mech, Q, V):
     )(Q, V)
 
 
-@functools.partial(jax.jit, static_argnames="method")
+@functools.partial(jm.jit, static_argnames="method")
 def _fd_batch(mech, Q, V, T, method="kkt"):
     return jax.vmap(lambda q, v, t: jm.forward_dynamics(mech, q, v, t, method=method))(Q, V, T)
 
@@ -211,7 +211,7 @@ def test_go2_support_modes_batch_vs_pinocchio():
     rows = np.array([jm.support_mask(mech, [n for n, on in zip(names, mo, strict=True) if on]) for mo in modes])
     Q = np.tile(q, (16, 1))
     V, T = _consistent_states(mech, Q, seed=5, rows=rows)
-    fd = jax.jit(jax.vmap(lambda q, v, t, s: jm.forward_dynamics(mech, q, v, t, support=s)))
+    fd = jm.jit(jax.vmap(lambda q, v, t, s: jm.forward_dynamics(mech, q, v, t, support=s)))
     res = fd(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T), jnp.asarray(modes))  # loop masks
     res_rows = fd(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T), jnp.asarray(rows))  # row masks
     np.testing.assert_array_equal(np.asarray(res.a), np.asarray(res_rows.a))
@@ -236,7 +236,7 @@ def test_inverse_dynamics_stewart_and_tree():
     Tau = np.zeros((len(Q), mech.nv))
     Tau[:, mech.topo.actuated_v] = F
     fwd = _fd_fn(mech)(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(Tau))
-    inv = jax.jit(jax.vmap(lambda q, v, a: jm.inverse_dynamics(mech, q, v, a)))(jnp.asarray(Q), jnp.asarray(V), fwd.a)
+    inv = jm.jit(jax.vmap(lambda q, v, a: jm.inverse_dynamics(mech, q, v, a)))(jnp.asarray(Q), jnp.asarray(V), fwd.a)
     assert np.all(np.asarray(inv.status) == 0)
     np.testing.assert_allclose(inv.effort, F, atol=1e-8 * np.abs(F).max())
     np.testing.assert_allclose(inv.multipliers, fwd.multipliers, atol=1e-8 * float(jnp.max(jnp.abs(fwd.multipliers))))
@@ -258,7 +258,7 @@ def test_forward_dynamics_gradients_vs_finite_differences():
     dm = jnp.asarray(rng.uniform(0.5, 1.5, mech.nb))
     w = jnp.asarray(rng.normal(size=mech.nv))
 
-    @jax.jit
+    @jm.jit
     def derivs(mech, q, v, tau):
         """Forward mode, central differences and reverse mode in one compiled program."""
 

@@ -92,7 +92,7 @@ def test_tree_dynamics_vs_pinocchio(robot):
     mech, model, data = robot.mech, robot.model, robot.data
     q, v, a, tau = _states(mech, N_STATES)
 
-    @jax.jit
+    @jm.jit
     @jax.vmap
     def ours(q, v, a, tau):
         return jm.rnea(mech, q, v, a), jm.crba(mech, q), jm.aba(mech, q, v, tau), jm.nonlinear_effects(mech, q, v)
@@ -121,7 +121,7 @@ def test_external_wrenches_vs_pinocchio(robot):
         b = mech.topo.v_body[mech.v_slice(model.names[j]).start]
         links[mech.body_names[b]] = j
     W = {name: rng.normal(size=6) for name in links}
-    fn = jax.jit(lambda q, v, a, tau: (jm.rnea(mech, q, v, a, f_ext=W), jm.aba(mech, q, v, tau, f_ext=W)))
+    fn = jm.jit(lambda q, v, a, tau: (jm.rnea(mech, q, v, a, f_ext=W), jm.aba(mech, q, v, tau, f_ext=W)))
     fext = pin.StdVec_Force([pin.Force.Zero() for _ in range(model.njoints)])
     for name, j in links.items():
         fext[j] = pin.Force(W[name][3:], W[name][:3])  # Pinocchio: linear first, local joint frame
@@ -141,7 +141,7 @@ def test_external_wrenches_vs_pinocchio(robot):
         tq, f = R @ w[:3], R @ w[3:]
         Wa[name] = np.concatenate([tq, f])
         Ww[name] = np.concatenate([tq + np.cross(p, f), f])
-    refs = jax.jit(
+    refs = jm.jit(
         lambda q, v, a: (
             jm.rnea(mech, q, v, a, f_ext=W),
             jm.rnea(mech, q, v, a, Wa, "world_aligned"),
@@ -158,7 +158,7 @@ def test_damping_and_armature_conventions():
     mech = eqx.tree_at(lambda m: (m.armature, m.damping), mech, (jnp.full(mech.nv, 0.1), jnp.full(mech.nv, 0.3)))
     q, v, a, tau = (x[0] for x in _states(mech, 1, seed=5))
 
-    @jax.jit
+    @jm.jit
     def parts(q, v, a, tau):
         return (
             jm.crba(mech, q),
@@ -180,7 +180,7 @@ def test_damping_and_armature_conventions():
     np.testing.assert_allclose(h2 - g - 0.6 * v, 4 * cv, atol=1e-10)
 
 
-_rnea = jax.jit(jm.rnea)  # the model is an argument: one compilation per robot
+_rnea = jm.jit(jm.rnea)  # the model is an argument: one compilation per robot
 
 
 def test_to_pinocchio_round_trip(robot):
@@ -216,7 +216,7 @@ def test_gradients_vs_finite_differences(fn):
         m = eqx.tree_at(lambda m: m.mass, mech, mech.mass + eps * dm)
         return getattr(jm, fn)(m, jm.integrate(mech, q, eps * dq), v + eps * dv, x3 + eps * dt)
 
-    @jax.jit
+    @jm.jit
     def derivs():
         jvp = jax.jvp(along, (jnp.zeros(()),), (jnp.ones(()),))[1]
         vals = jax.vmap(along)(jnp.array([1e-6, -1e-6]))
@@ -230,9 +230,9 @@ def test_gradients_vs_finite_differences(fn):
 def test_float32_tier():
     mech = _robot("go2").mech
     q, v, a, tau = _states(mech, 8, seed=13)
-    ref = jax.jit(jax.vmap(lambda q, v, t: jm.aba(mech, q, v, t)))(q, v, tau)
+    ref = jm.jit(jax.vmap(lambda q, v, t: jm.aba(mech, q, v, t)))(q, v, tau)
     m32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32) if eqx.is_array(x) else x, mech)
-    out = jax.jit(jax.vmap(lambda q, v, t: jm.aba(m32, q, v, t)))(*(x.astype(jnp.float32) for x in (q, v, tau)))
+    out = jm.jit(jax.vmap(lambda q, v, t: jm.aba(m32, q, v, t)))(*(x.astype(jnp.float32) for x in (q, v, tau)))
     assert out.dtype == jnp.float32
     assert float(jnp.max(jnp.abs(out - ref)) / jnp.max(jnp.abs(ref))) < 1e-3
 

@@ -26,7 +26,7 @@ def test_traced_calls_and_unhashable_options_run_as_written():
     mech = load("four_bar")
     q = jnp.asarray(mech.q0) + 0.01
     # inside jit / vmap / grad the function is traced as written (no nested compiled call needed)
-    r = jax.jit(jax.vmap(jm.closure_residual, (None, 0)))(mech, jnp.stack([q, q]))
+    r = jm.jit(jax.vmap(jm.closure_residual, (None, 0)))(mech, jnp.stack([q, q]))
     np.testing.assert_allclose(np.asarray(r[0]), np.asarray(jm.closure_residual(mech, q)), atol=1e-15)
     g = jax.grad(lambda x: jnp.sum(jm.closure_residual(mech, x) ** 2))(q)
     assert np.all(np.isfinite(np.asarray(g)))

@@ -18,10 +18,10 @@ def stewart_env(configs_dir):
 def test_reset_step_shapes_and_purity(stewart_env):
     env = stewart_env
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    s = jax.jit(jax.vmap(lambda k: env.reset(k)))(keys)
+    s = jm.jit(jax.vmap(lambda k: env.reset(k)))(keys)
     assert s.obs.shape == (3, env.observation_size)
     act = jnp.zeros((3, env.action_size))
-    step = jax.jit(jax.vmap(lambda s, a: env.step(s, a)))
+    step = jm.jit(jax.vmap(lambda s, a: env.step(s, a)))
     s1 = step(s, act)
     # batch members are independent: the reversed batch gives the reversed results (vmap, no
     # cross-talk), on the same compiled step
@@ -30,7 +30,7 @@ def test_reset_step_shapes_and_purity(stewart_env):
     assert s1.reward.shape == (3,) and s1.done.dtype == s1.reward.dtype  # float like Brax
     # the state moved, and its closure, re-evaluated independently of the env, is at round-off
     assert float(jnp.max(jnp.abs(s1.sim.q - s.sim.q))) > 0.0
-    gap = jax.jit(jax.vmap(jm.closure_residual, (None, 0)))(env.mech, s1.sim.q)
+    gap = jm.jit(jax.vmap(jm.closure_residual, (None, 0)))(env.mech, s1.sim.q)
     assert float(jnp.max(jnp.abs(gap))) < 1e-9
     np.testing.assert_allclose(np.asarray(s1.metrics["closure_gap"]), np.max(np.abs(np.asarray(gap)), 1), atol=1e-12)
     assert np.isfinite(np.asarray(s1.obs)).all()
@@ -63,7 +63,7 @@ def test_excavator_env_pd(configs_dir):
     mech = jm.load(configs_dir / "excavator.toml")
     env = envs.excavator_tip_env(mech, n_targets=4, horizon=10, substeps=2)
     params = {"log_wn": jnp.log(8.0), "log_zeta": jnp.log(0.8)}
-    R, m = jax.jit(lambda k: envs.episode_return(env, envs.port_pd_policy, params, k))(jax.random.PRNGKey(0))
+    R, m = jm.jit(lambda k: envs.episode_return(env, envs.port_pd_policy, params, k))(jax.random.PRNGKey(0))
     s0 = env.reset(jax.random.PRNGKey(0))
     assert float(m["final_error"]) < float(s0.metrics["task_error"])
     assert float(m["max_closure_gap"]) < 1e-8

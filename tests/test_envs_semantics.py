@@ -29,7 +29,7 @@ def env(fb):
 
 @pytest.fixture(scope="module")
 def batched(env):
-    return jax.jit(jax.vmap(env.reset)), jax.jit(jax.vmap(env.step))
+    return jm.jit(jax.vmap(env.reset)), jm.jit(jax.vmap(env.step))
 
 
 def _coupler_point(q):
@@ -108,7 +108,7 @@ def _rollout(env, n_env, n_steps, key):
 @pytest.mark.slow
 def test_auto_reset_200_steps_no_frozen_step(env):
     wrapped = W.AutoResetWrapper(W.EpisodeWrapper(VmapEnv(env)))
-    s0, poison, (done, t, fail, trunc, rew, obs, met) = jax.jit(lambda k: _rollout(wrapped, 16, 200, k))(
+    s0, poison, (done, t, fail, trunc, rew, obs, met) = jm.jit(lambda k: _rollout(wrapped, 16, 200, k))(
         jax.random.PRNGKey(3)
     )
     done, t, fail, trunc = (np.asarray(x) for x in (done, t, fail, trunc))
@@ -143,7 +143,7 @@ class VmapEnv(eqx.Module):
 
 def test_reset_distribution(env):
     n = 4000
-    s = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(5), n))
+    s = jm.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(5), n))
     bank = np.asarray(env.q_bank)
     i = np.argmin(np.linalg.norm(np.asarray(s.sim.q)[:, None] - bank[None], axis=-1), 1)
     j = np.argmin(np.abs(np.asarray(s.info["target_ports"])[:, :1] - np.asarray(env.port_bank)[None, :, 0]), 1)

@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 DATA = Path(__file__).parent / "data"
 
-res_fn = jax.jit(jm.closure_residual)
+res_fn = jm.jit(jm.closure_residual)
 
 
-@jax.jit
+@jm.jit
 def fk_res(mech, q):
     """Forward kinematics and closure residual in one compiled call."""
     return jm.forward_kinematics(mech, q), jm.closure_residual(mech, q)
@@ -88,7 +88,7 @@ def test_export_revolute_cut_as_two_connects(tmp_path):
     jm.export_mjcf(mech, tmp_path / "fb.xml")
     back = jm.load(tmp_path / "fb.xml")
     assert back.topo.loop_types == ("point", "point")
-    rj = jax.jit(jm.closure_residual_and_jacobian)
+    rj = jm.jit(jm.closure_residual_and_jacobian)
     for k in range(3):
         q = jm.random_configuration(mech, jax.random.PRNGKey(10 + k))
         (_, J), (_, Jb) = rj(mech, q), rj(back, q)

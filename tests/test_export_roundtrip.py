@@ -19,10 +19,10 @@ import scipy.linalg as sl
 import jaxmech as jm
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-_fk = jax.jit(jm.forward_kinematics)
-_C = jax.jit(jm.closure_jacobian)
-_res = jax.jit(jm.closure_residual)
-_assemble = jax.jit(jm.assemble)
+_fk = jm.jit(jm.forward_kinematics)
+_C = jm.jit(jm.closure_jacobian)
+_res = jm.jit(jm.closure_residual)
+_assemble = jm.jit(jm.assemble)
 
 
 def _export(mech, q, tmp_path):

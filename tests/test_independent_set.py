@@ -38,18 +38,18 @@ def closed_states(crank_model):
     ic = crank_model.q_indices(["crank"])[0]
     Q0 = np.tile(np.asarray(crank_model.q0), (th.size, 1))
     Q0[:, ic] = th
-    res = jax.jit(jax.vmap(lambda q: jm.assemble(crank_model, q)))(Q0)
+    res = jm.jit(jax.vmap(lambda q: jm.assemble(crank_model, q)))(Q0)
     # dead centres sit on the slider's limits (status out of bounds), but are closed
     assert np.max(np.asarray(res.residual)) < 1e-12
     return np.asarray(res.q), th
 
 
-@jax.jit
+@jm.jit
 def _tm_batch(mech, Q):
     return jax.vmap(lambda q: red.tangent_map_status(mech, q, d=1))(Q)
 
 
-_C_batch = jax.jit(jax.vmap(jm.closure_jacobian, in_axes=(None, 0)))
+_C_batch = jm.jit(jax.vmap(jm.closure_jacobian, in_axes=(None, 0)))
 
 
 def _null(C, d):
@@ -78,7 +78,7 @@ def test_singular_actuated_choice_is_replaced_per_state(closed_states):
     with pytest.raises(red.ReductionError, match="singular"):
         red.tangent_map(mech, Q[0], ["slider"])
     with pytest.raises(Exception, match="invalid lift"):  # eqx.error_if under jit
-        jax.block_until_ready(jax.jit(lambda q: red.tangent_map(mech, q, ["slider"]))(Q[0]))
+        jax.block_until_ready(jm.jit(lambda q: red.tangent_map(mech, q, ["slider"]))(Q[0]))
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def redundant():
     return _slider_crank(("crank", "slider"))
 
 
-@jax.jit
+@jm.jit
 def _redundant_checks(mech, q, v, udot):
     """Default tangent map and acceleration lift, the old default (both actuated speeds), assembly."""
     tm = red.tangent_map_status(mech, q)

@@ -23,9 +23,9 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 STEWART_JSON = DATA / "stewart_physical_graph.json"  # copy of the RoboCompiler six-UPS graph (reference-robots)
 ERD = "example-robot-data:"
 
-fk = jax.jit(jm.forward_kinematics)
-res_fn = jax.jit(jm.closure_residual)
-resjac_fn = jax.jit(jm.closure_residual_and_jacobian)
+fk = jm.jit(jm.forward_kinematics)
+res_fn = jm.jit(jm.closure_residual)
+resjac_fn = jm.jit(jm.closure_residual_and_jacobian)
 
 
 def _unit_quats(m, qpos):
@@ -131,7 +131,7 @@ def test_mjcf_equalities_match_mujoco(features):
 BODIES = ("base", "a", "c", "other")
 
 
-@jax.jit
+@jm.jit
 def body_twists(mech, q, v):
     return jnp.stack([jm.frame_jacobian(mech, q, n, "local") @ v for n in BODIES])
 

@@ -114,13 +114,13 @@ SWAP = np.block([[np.zeros((3, 3)), np.eye(3)], [np.eye(3), np.zeros((3, 3))]]) 
 def chain():
     mech = _jm_chain()
     model, body_frames, tool = _pin_chain()
-    fk = jax.jit(jm.forward_kinematics)
+    fk = jm.jit(jm.forward_kinematics)
     jac = {
-        ref: jax.jit(lambda m, q, ref=ref: jm.frame_jacobian(m, q, "tool", ref))
+        ref: jm.jit(lambda m, q, ref=ref: jm.frame_jacobian(m, q, "tool", ref))
         for ref in ("local", "world", "world_aligned")
     }
-    jac_b3 = jax.jit(lambda m, q: jm.frame_jacobian(m, q, "b3", "local"))
-    pose_tool = jax.jit(lambda m, q: jm.frame_pose(m, q, "tool"))
+    jac_b3 = jm.jit(lambda m, q: jm.frame_jacobian(m, q, "b3", "local"))
+    pose_tool = jm.jit(lambda m, q: jm.frame_pose(m, q, "tool"))
     return dict(
         mech=mech,
         model=model,
@@ -178,7 +178,7 @@ def test_frame_jacobian_vs_autodiff_along_integrate(chain):
     """J_local = d/de Log(T(q)^-1 T(q (+) e)) at e = 0; world and world_aligned from it."""
     mech = chain["mech"]
 
-    @jax.jit
+    @jm.jit
     def ad_local(q):
         T0i = lie.se3_inv(jm.frame_pose(mech, q, "tool"))
         return jax.jacfwd(lambda e: lie.se3_log(T0i @ jm.frame_pose(mech, jm.integrate(mech, q, e), "tool")))(
@@ -201,7 +201,7 @@ def test_frame_jacobian_vs_autodiff_along_integrate(chain):
 
 def test_integrate_vs_pinocchio(chain):
     mech, model = chain["mech"], chain["model"]
-    integ = jax.jit(jm.integrate)
+    integ = jm.jit(jm.integrate)
     for q in _states(mech, 3):
         v = RNG.normal(size=mech.nv)
         q1 = np.asarray(integ(mech, q, jnp.asarray(v), 0.7))
@@ -214,7 +214,7 @@ def test_integrate_vs_pinocchio(chain):
 
 def test_integrate_difference_round_trip(chain):
     mech = chain["mech"]
-    integ, diff = jax.jit(jm.integrate), jax.jit(jm.difference)
+    integ, diff = jm.jit(jm.integrate), jm.jit(jm.difference)
     t = mech.topo
     for q in _states(mech, 4):
         for scale in (1e-9, 1e-3, 0.5, 1.0):
@@ -236,7 +236,7 @@ def test_difference_vs_pinocchio(chain):
     qa, qb = _states(mech, 3)[1:3]
     pa, P = _to_pin(mech, qa)
     pb, _ = _to_pin(mech, qb)
-    d = np.asarray(jax.jit(jm.difference)(mech, qa, qb))
+    d = np.asarray(jm.jit(jm.difference)(mech, qa, qb))
     np.testing.assert_allclose(P @ d, pin.difference(model, pa, pb), atol=1e-11)
 
 
@@ -281,7 +281,7 @@ def test_compound_joints_vs_composition(kind):
     m1, m2 = _compound(kind)
     assert m1.nq == m2.nq == m1.nv == 2
 
-    @jax.jit
+    @jm.jit
     def all_(m, q):
         return jm.frame_pose(m, q, "f"), [jm.frame_jacobian(m, q, "f", r) for r in ("local", "world", "world_aligned")]
 
@@ -296,7 +296,7 @@ def test_compound_joints_vs_composition(kind):
 def test_batched_forward_kinematics(chain):
     mech = chain["mech"]
     keys = jax.random.split(jax.random.PRNGKey(1), 64)
-    qs = jax.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0)))(mech, keys)
-    T = jax.jit(jax.vmap(jm.forward_kinematics, in_axes=(None, 0)))(mech, qs)
+    qs = jm.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0)))(mech, keys)
+    T = jm.jit(jax.vmap(jm.forward_kinematics, in_axes=(None, 0)))(mech, qs)
     assert T.shape == (64, mech.nb, 4, 4)
     np.testing.assert_allclose(np.asarray(T[5]), np.asarray(chain["fk"](mech, qs[5])), atol=1e-14)

@@ -58,7 +58,7 @@ def test_stewart_block_structure():
     assert sizes == [3] * 6 + [6]  # six legs (universal + prismatic) and the free platform
 
 
-_FD = jax.jit(
+_FD = jm.jit(
     jax.vmap(
         lambda m, q, v, t: (jm.forward_dynamics(m, q, v, t), jm.forward_dynamics(m, q, v, t, method="kkt_blocks")),
         in_axes=(None, 0, 0, 0),

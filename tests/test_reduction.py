@@ -60,7 +60,7 @@ def _reduction_checks(mech, d_auto, with_autodiff=False):
         gam_ad = closure_bias_autodiff(mech, q, v) if with_autodiff else gam
         return C, tm, auto, v, gam, gam_ad, a
 
-    return jax.jit(jax.vmap(f))
+    return jm.jit(jax.vmap(f))
 
 
 @pytest.fixture(scope="module", params=CLOSED)
@@ -76,7 +76,7 @@ def _null_dim(C, rtol=1e-9):
 
 def test_tangent_map_and_acceleration_lift(closed):
     mech, Q = closed
-    assert np.max(np.abs(jax.jit(jax.vmap(jm.closure_residual, (None, 0)))(mech, Q))) < 1e-9
+    assert np.max(np.abs(jm.jit(jax.vmap(jm.closure_residual, (None, 0)))(mech, Q))) < 1e-9
     n = Q.shape[0]
     d_auto = mech.nv - int(jm.rank.numerical_rank(jm.closure_jacobian(mech, Q[0])))
     tm0 = red.tangent_map_status(mech, Q[0], "auto")  # concrete q: d computed here
@@ -100,7 +100,7 @@ def test_tangent_map_and_acceleration_lift(closed):
         # a = E udot + a_gamma with a[I] = udot
         np.testing.assert_allclose(a[k][np.asarray(tm.independent[k])], np.asarray(ud[k][:d]), atol=1e-13)
     with pytest.raises(ValueError, match="static mobility"):  # a traced model has no static mobility
-        jax.jit(lambda m, q: red.tangent_map(m, q, "auto"))(mech, Q[0])
+        jm.jit(lambda m, q: red.tangent_map(m, q, "auto"))(mech, Q[0])
 
 
 _SLOW = pytest.mark.slow
@@ -122,7 +122,7 @@ def test_curvature_random_states(configs_dir, name):
     keys = jax.random.split(jax.random.PRNGKey(3), BATCH)
     Q = jax.vmap(lambda k: jm.random_configuration(mech, k))(keys)
     V = jax.random.normal(jax.random.PRNGKey(4), (BATCH, mech.nv))
-    g, gr = jax.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
+    g, gr = jm.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
     scale = jnp.maximum(1.0, jnp.max(jnp.abs(gr), -1))
     assert float(jnp.max(jnp.max(jnp.abs(g - gr), -1) / scale)) <= 1e-10
 
@@ -157,7 +157,7 @@ def test_curvature_all_row_types():
     keys = jax.random.split(jax.random.PRNGKey(5), BATCH)
     Q = jax.vmap(lambda k: jm.random_configuration(mech, k))(keys)
     V = jax.random.normal(jax.random.PRNGKey(6), (BATCH, mech.nv))
-    g, gr = jax.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
+    g, gr = jm.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
     assert g.shape == (BATCH, mech.n_rows)
     scale = jnp.maximum(1.0, jnp.max(jnp.abs(gr), -1))
     assert float(jnp.max(jnp.max(jnp.abs(g - gr), -1) / scale)) <= 1e-10
@@ -199,7 +199,7 @@ def test_port_jacobian_and_virtual_work(configs_dir, name):
 
     V = jax.random.normal(jax.random.PRNGKey(9), (Q.shape[0], mech.nv))
     F = jax.random.normal(jax.random.PRNGKey(10), (Q.shape[0], len(mech.topo.port_names)))
-    P, Pd, w1, w2, r1, r2 = jax.jit(jax.vmap(f))(Q, V, F)
+    P, Pd, w1, w2, r1, r2 = jm.jit(jax.vmap(f))(Q, V, F)
     assert float(jnp.max(jnp.abs(P - Pd))) <= 1e-10 * max(1.0, float(jnp.max(jnp.abs(Pd))))
     assert float(jnp.max(jnp.abs(w1 - w2) / jnp.maximum(1.0, jnp.abs(w1)))) <= 1e-12
     assert float(jnp.max(jnp.abs(r1 - r2))) <= 1e-12 * max(1.0, float(jnp.max(jnp.abs(r1))))
@@ -225,7 +225,7 @@ def test_port_space_drive_matches_joint_space(configs_dir, name):
         return v, tm.E @ pdot, tm.status
 
     U = jax.random.normal(jax.random.PRNGKey(11), (Q.shape[0], d))
-    v1, v2, st = jax.jit(jax.vmap(f))(Q, U)
+    v1, v2, st = jm.jit(jax.vmap(f))(Q, U)
     assert np.all(np.asarray(st) == 0)
     assert float(jnp.max(jnp.abs(v1 - v2))) <= 1e-12 * max(1.0, float(jnp.max(jnp.abs(v1))))
 

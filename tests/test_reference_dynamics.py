@@ -15,12 +15,12 @@ from _shared import closed_states, load
 import jaxmech as jm
 
 
-@jax.jit
+@jm.jit
 def _fd(mech, q, v, tau):
     return jax.vmap(lambda q, v, t: jm.forward_dynamics(mech, q, v, t), (0, 0, 0))(q, v, tau)
 
 
-@jax.jit
+@jm.jit
 def _fd_projected(mech, q, v, tau):
     return jax.vmap(lambda q, v, t: jm.forward_dynamics(mech, q, v, t, method="projected"), (0, 0, 0))(q, v, tau)
 

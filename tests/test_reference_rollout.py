@@ -28,12 +28,12 @@ DT = 1e-3
 N_STEPS = 1000  # 1 s
 
 
-@jax.jit
+@jm.jit
 def _rollout(mech, state, tau):
     return sim.rollout(mech, state, tau, DT, N_STEPS, actuation="generalized")
 
 
-@jax.jit
+@jm.jit
 def _difference(mech, q0, q1):
     return jax.vmap(jm.difference, (None, 0, 0))(mech, q0, q1)
 

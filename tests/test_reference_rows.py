@@ -42,9 +42,9 @@ def mix():
     G.add_constraint("cp", "pose", body_a="world", body_b="l1", axes=[1, 0, 1, 0, 1, 1])
     mech = jm.compile(G)
     keys = jax.random.split(jax.random.PRNGKey(5), N_STATES)
-    Q = jax.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0, None)))(mech, keys, 0.5)
+    Q = jm.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0, None)))(mech, keys, 0.5)
     V = jax.random.normal(jax.random.PRNGKey(6), (N_STATES, mech.nv))
-    ours = jax.jit(
+    ours = jm.jit(
         jax.vmap(lambda m, q, v: (*jm.closure_residual_and_jacobian(m, q), jm.closure_bias(m, q, v)), (None, 0, 0))
     )(mech, Q, V)
     return mech, PinReference(mech), np.asarray(Q), np.asarray(V), [np.asarray(x) for x in ours]
@@ -84,7 +84,7 @@ def test_log_rows_jacobian_matches_finite_differences_of_scipy_rows(mix):
     mech, ref, Q, _, (_, C, _) = mix
     logs = [x for x in ref.loops if x[1] in ("prismatic", "weld", "pose")]
     idx = np.concatenate([x[6] for x in logs])
-    step = jax.jit(jm.integrate)
+    step = jm.jit(jm.integrate)
     h = 1e-4
     for i in range(2):
         fd = np.zeros((idx.size, mech.nv))

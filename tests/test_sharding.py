@@ -84,7 +84,7 @@ def roll(m, q, v):
     traj, info = jm.rollout(m, jm.SimState(q, v), jnp.zeros(jm.simulate.control_size(m)), 1e-3, 3)
     return traj.q, info.closure_gap
 
-f_roll = jax.jit(jax.vmap(roll, in_axes=(None, 0, 0)))
+f_roll = jm.jit(jax.vmap(roll, in_axes=(None, 0, 0)))
 one = jax.devices()[0]
 def single(x):
     return jax.device_put(x, one)
@@ -107,7 +107,7 @@ check("rollout", f_roll(single(mech), *map(single, args)), f_roll(mech, *jm.shar
 
 env = envs.make_tracking_env(mech, "end_effector", "position", ["left_crank", "right_crank"], n_targets=4, horizon=4,
                              substeps=1)
-reset, step = jax.jit(jax.vmap(env.reset)), jax.jit(jax.vmap(env.step))
+reset, step = jm.jit(jax.vmap(env.reset)), jm.jit(jax.vmap(env.step))
 keys = jax.random.split(jax.random.PRNGKey(0), 8)
 act = 0.1 * jnp.ones((8, env.action_size))
 s_ref = reset(single(keys))

@@ -19,7 +19,7 @@ def stewart(configs_dir):
     return jm.load(configs_dir / "stewart.toml")
 
 
-@functools.partial(jax.jit, static_argnames="integrator")
+@functools.partial(jm.jit, static_argnames="integrator")
 def _rollouts(mech, states, controls, dt, integrator="euler"):
     """N_STEPS steps of a batch of rollouts; the model and the step size are arguments, so one
     compilation per integrator serves every test and both step sizes."""
@@ -30,8 +30,8 @@ def _rollouts(mech, states, controls, dt, integrator="euler"):
 def passive_rollout(stewart):
     """Two passive Stewart rollouts (no leg forces, no damping) from perturbed closed states."""
     mech = stewart
-    Q = jax.jit(sim.random_closed_configurations, static_argnums=2)(mech, jax.random.PRNGKey(0), 2, 0.05)
-    E = jax.jit(jax.vmap(jm.tangent_map, (None, 0)))(mech, Q)
+    Q = jm.jit(sim.random_closed_configurations, static_argnums=2)(mech, jax.random.PRNGKey(0), 2, 0.05)
+    E = jm.jit(jax.vmap(jm.tangent_map, (None, 0)))(mech, Q)
     u = 0.2 * jax.random.normal(jax.random.PRNGKey(1), (2, E.shape[-1]))
     V = jnp.einsum("bij,bj->bi", E, u)
     U = jnp.zeros((2, N_STEPS, sim.control_size(mech)))
@@ -51,12 +51,12 @@ def test_closure_gap_stays_at_roundoff(passive_rollout):
     assert float(jnp.max(info.velocity_gap)) <= 1e-9  # |C v| after the velocity projection
 
 
-@jax.jit
+@jm.jit
 def _energies(mech, Q, V):
     return jax.vmap(sim.energy, (None, 0, 0))(mech, Q, V)
 
 
-@jax.jit
+@jm.jit
 def _kinetic(mech, Q, V):
     """Kinetic energy along a batch of trajectories (b, n)."""
     return jax.vmap(jax.vmap(sim.kinetic_energy, (None, 0, 0)), (None, 0, 0))(mech, Q, V)

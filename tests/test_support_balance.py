@@ -26,13 +26,13 @@ from jaxmech.reduction import add_support_points
 FEET = ["FL_sole", "FR_sole", "RL_sole", "RR_sole"]
 
 
-@jax.jit
+@jm.jit
 def _fk(mech, q):
     """World poses of all bodies (jitted once; the mechanism is an argument)."""
     return jm.forward_kinematics(mech, q)
 
 
-@jax.jit
+@jm.jit
 def _feet(mech, q):
     """World positions (4, 3) of the four feet."""
     return jnp.stack([jm.frame_pose(mech, q, f)[:3, 3] for f in FEET])
@@ -98,7 +98,7 @@ def test_go2_support_forces_balance_gravity_in_one_vmap(configs_dir):
     masks = jnp.asarray(np.array([m for m, _ in modes.values()], bool))
     joints = np.arange(6, mech.nv)  # the twelve motors; the base (first 6) is unactuated
     zero = jnp.zeros(mech.nv)
-    f = jax.jit(jax.vmap(lambda s: jm.inverse_dynamics(mech, jnp.asarray(q), zero, zero, actuators=joints, support=s)))
+    f = jm.jit(jax.vmap(lambda s: jm.inverse_dynamics(mech, jnp.asarray(q), zero, zero, actuators=joints, support=s)))
     out = f(masks)
     status = np.asarray(out.status)
     np.testing.assert_array_equal(status, [s for _, s in modes.values()])
@@ -133,7 +133,7 @@ def test_cassie_support_modes_balance_gravity_in_one_vmap(configs_dir):
     modes = {"floating": ([0, 0], 1), "left": ([1, 0], 0), "right": ([0, 1], 0), "double": ([1, 1], 0)}
     masks = jnp.asarray(np.array([[1] * 4 + m for m, _ in modes.values()], bool))
     zero = jnp.zeros(mech.nv)
-    f = jax.jit(jax.vmap(lambda s: jm.inverse_dynamics(mech, q, zero, zero, actuators=efforts, support=s)))
+    f = jm.jit(jax.vmap(lambda s: jm.inverse_dynamics(mech, q, zero, zero, actuators=efforts, support=s)))
     out = f(masks)
     np.testing.assert_array_equal(np.asarray(out.status), [s for _, s in modes.values()])
     weight = -float(jnp.sum(mech.mass)) * np.asarray(mech.gravity)

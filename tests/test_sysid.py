@@ -77,7 +77,7 @@ def test_port_inverse_dynamics_matches_constrained_id(stewart, excited):
         fd = jm.forward_dynamics(stewart, q, v, jm.port_effort(stewart, q, f))
         return ref.effort, fd.a
 
-    eff, acc = jax.jit(jax.vmap(check))(data.q, data.v, data.a, data.f)
+    eff, acc = jm.jit(jax.vmap(check))(data.q, data.v, data.a, data.f)
     np.testing.assert_allclose(np.asarray(data.f), np.asarray(eff), rtol=1e-8, atol=1e-8)
     np.testing.assert_allclose(np.asarray(acc), np.asarray(data.a), atol=1e-7)
     # the platform-twist excitation really moves the platform fast
@@ -119,7 +119,7 @@ def test_identify_regressor_noise_free_every_body(stewart, excited):
     assert res.mass_errors.shape == (61, len(full) + len(scaled))
     # every iterate is physical; the identified model's efforts match the data (independent path)
     _physical(res.mech.mass, res.mech.inertia)
-    f = jax.jit(jax.vmap(lambda q, v, a, E: sysid.port_inverse_dynamics(res.mech, q, v, a, E)))(
+    f = jm.jit(jax.vmap(lambda q, v, a, E: sysid.port_inverse_dynamics(res.mech, q, v, a, E)))(
         excited.q, excited.v, excited.a, excited.Ep
     )
     np.testing.assert_allclose(np.asarray(f), np.asarray(excited.f), atol=1e-7)

@@ -25,7 +25,7 @@ def test_assemble_from_q0_then_track_1000_steps(configs_dir, name):
     span = np.where(np.isfinite(hi - lo), 0.05 * (hi - lo), 0.05)
     s = np.linspace(0.0, 1.0, 1000)[:, None]
     path = a0 + span * np.sin(2 * np.pi * s + np.arange(aq.size)[None, :])
-    out = jax.jit(lambda p: jm.track(mech, res.q, p))(jnp.asarray(path))
+    out = jm.jit(lambda p: jm.track(mech, res.q, p))(jnp.asarray(path))
     status = np.asarray(out.status)
     assert np.all(status == 0), f"{(status != 0).sum()} steps failed: {np.unique(status)}"
     assert float(np.max(np.asarray(out.residual))) <= 1e-10
