@@ -5,8 +5,10 @@ primitive/shape pair on its own: the first eager ``jm.closure_residual`` of the 
 137 small compilations (3.1 s), an eager ``jm.assemble`` 104 (5.3 s). :func:`entry` makes such a
 call go through one cached ``jax.jit`` of the function with the model as an argument, so it costs
 one compilation per topology, argument shapes and static options (0.2-1 s) and afterwards one
-dispatch. Inside a trace (``jit``, ``vmap``, ``grad``), or when a static option is not hashable,
-the function runs as written, so results and gradients are the same either way.
+dispatch. An eager ``jax.vmap(jm.f, (None, 0))(mech, Q)`` (batched arrays, one model) takes the
+same path, so it compiles one batched program instead of every primitive. Inside ``jit`` or
+``grad``, for a batched model, or when a static option is not hashable, the function runs as
+written, so results and gradients are the same either way.
 
 The wrapper computes the model's static mobility first (:func:`jaxmech.independent.mobility`,
 cached per model) when asked to, because inside the compiled call the model is traced and only
@@ -34,6 +36,19 @@ def _traced(tree) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
 
 
+def _eager_vmap(tree) -> bool:
+    """True when every traced leaf is a ``vmap`` tracer over concrete values (an eager
+    ``jax.vmap(jm.f)``, no ``jit`` around it): the compiled path then batches as one program."""
+    from jax._src.interpreters.batching import BatchTracer
+
+    for x in jax.tree_util.tree_leaves(tree):
+        while isinstance(x, BatchTracer):
+            x = x.val
+        if isinstance(x, jax.core.Tracer):
+            return False
+    return True
+
+
 def _hashable(x) -> bool:
     try:
         hash(x)
@@ -56,8 +71,8 @@ def entry(static_argnames: tuple[str, ...] = (), prime_mobility: bool = False, e
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            if _traced((args, kwargs)):
-                return fn(*args, **kwargs)
+            if _traced((args, kwargs)) and not (_eager_vmap((args, kwargs)) and not _traced(args[:1])):
+                return fn(*args, **kwargs)  # inside jit/grad, or a batched model: run as written
             bound = sig.bind(*args, **kwargs)
             for name in static_argnames:
                 if isinstance(bound.arguments.get(name), list):

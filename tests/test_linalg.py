@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _shared import assemble_batch, load
 
 import jaxmech as jm
 from jaxmech import linalg
@@ -51,7 +52,7 @@ def test_pivoted_rows_rank_and_independence(rank):
 
 
 def test_stewart_block_structure():
-    mech = jm.load("configs/stewart.toml")
+    mech = load("stewart")
     st = block_structure(mech)
     assert st.ncomp == 1 and st.sc == mech.n_rows
     sizes = sorted(int((row < mech.nv).sum()) for row in st.blk_dof[:-1])
@@ -68,13 +69,13 @@ _FD = jm.jit(
 
 @pytest.mark.parametrize("cfg", [pytest.param("stewart", marks=pytest.mark.slow), "four_bar"])
 def test_kkt_blocks_matches_dense(cfg):
-    mech = jm.load(f"configs/{cfg}.toml")
+    mech = load(cfg)
     rng = np.random.default_rng(0)
     n = 16
     Q = np.tile(np.asarray(mech.q0), (n, 1))
-    asm = jax.vmap(lambda q: jm.assemble(mech, q))(jnp.asarray(Q + 0.01 * rng.normal(size=Q.shape)))
+    asm = assemble_batch(mech, Q + 0.01 * rng.normal(size=Q.shape))  # the session's shared compile
     Q = np.asarray(asm.q)[np.asarray(asm.status) == 0]
-    C = np.asarray(jax.vmap(lambda q: jm.closure_jacobian(mech, q))(jnp.asarray(Q)))
+    C = np.asarray(jm.jit(jax.vmap(jm.closure_jacobian, (None, 0)))(mech, jnp.asarray(Q)))
     V = np.stack([np.linalg.svd(c)[2][-1] for c in C])  # a velocity in null(C)
     T = rng.normal(size=V.shape)
     dense, blocks = _FD(mech, jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T))
