@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _shared import load
 
 import jaxmech as jm
 from jaxmech import lie
@@ -297,13 +298,15 @@ def test_float32_runs(zoo):
     np.testing.assert_allclose(np.asarray(J32), np.asarray(J), atol=1e-4)
 
 
-def test_world_pass_terms_match_cycle_local(zoo):
+@pytest.mark.parametrize("which", [pytest.param("zoo", marks=pytest.mark.slow), "excavator", "stewart_graph"])
+def test_world_pass_terms_match_cycle_local(which, request):
     """The public rows come from one world-frame tree pass (closure.py, and
     curvature.closure_terms_world in the forward dynamics); assembly evaluates the same rows from
     per-loop path products (assembly.defected_residual_and_jacobian at lam = 1), and closure_bias
     gamma per loop too. All must agree on every row type of the zoo, at random (infeasible)
-    states."""
-    mech = zoo["mech"]
+    states. The zoo (every row type; two ~13 s compiles) runs in the slow tier, the excavator
+    (revolute cuts, five loops) and the graph Stewart (spherical cuts) in the default tier."""
+    mech = request.getfixturevalue("zoo")["mech"] if which == "zoo" else load(which)
     from jaxmech.assembly import defect_at, defected_residual_and_jacobian
     from jaxmech.curvature import closure_terms_world
     from jaxmech.dynamics import _World

@@ -14,6 +14,7 @@ import pytest
 import scipy.linalg as sla
 from scipy.spatial.transform import Rotation
 
+import jaxmech as jm
 from jaxmech import lie
 
 RNG = np.random.default_rng(20261130)
@@ -181,13 +182,13 @@ def test_se3_left_jacobian_block_exponential(xi):
         np.testing.assert_allclose(Ji, Jbi, atol=1e-11 * max(1.0, np.abs(Jbi).max()))
 
 
-@jax.jit
+@jm.jit
 def _dexp(xi, d):
     """d/dt exp(xi + t d) exp(xi)^-1 at t = 0 by forward-mode autodiff."""
     return jax.jacfwd(lambda t: lie.se3_exp(xi + t * d))(0.0) @ lie.se3_inv(lie.se3_exp(xi))
 
 
-@jax.jit
+@jm.jit
 def _dexp3(w, d):
     return jax.jacfwd(lambda t: lie.so3_exp(w + t * d))(0.0) @ lie.so3_exp(w).T
 
@@ -347,8 +348,8 @@ def test_derivatives_finite_and_consistent(name):
     """Values and jax.grad / jacfwd / jacrev finite at exactly zero and at 1e-9 rad; forward ==
     reverse == float64 central finite differences at zero, 1e-9, 1e-3 and a random point."""
     f, n = FUNCS[name]
-    fj = jax.jit(f)
-    all_ = jax.jit(lambda x: (f(x), jax.grad(lambda x: _scal(f(x)))(x), jax.jacfwd(f)(x), jax.jacrev(f)(x)))
+    fj = jm.jit(f)
+    all_ = jm.jit(lambda x: (f(x), jax.grad(lambda x: _scal(f(x)))(x), jax.jacfwd(f)(x), jax.jacrev(f)(x)))
     h = 1e-6
     for label, x in _points(n).items():
         x = jnp.asarray(x)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+import jaxmech as jm
 from jaxmech.rank import complement, numerical_rank, rcond, select_columns, select_rows
 
 
@@ -23,7 +24,7 @@ def test_numerical_rank_matches_numpy(shape, r):
 def test_rank_is_scale_invariant_and_batched():
     rng = np.random.default_rng(1)
     As = np.stack([low_rank(rng, 6, 5, k) * s for k, s in zip((1, 2, 3, 4), (1e-6, 1.0, 1e3, 1e8), strict=True)])
-    ranks = jax.jit(jax.vmap(numerical_rank))(jnp.asarray(As))
+    ranks = jm.jit(jax.vmap(numerical_rank))(jnp.asarray(As))
     np.testing.assert_array_equal(np.asarray(ranks), [1, 2, 3, 4])
 
 
@@ -43,7 +44,7 @@ def test_select_rows_matches_scipy_pivoted_qr():
     A = rng.standard_normal((9, 4))
     A[2] = A[5]
     A[7] = 0.0
-    rows, rc = jax.jit(select_rows, static_argnums=1)(jnp.asarray(A), 4)
+    rows, rc = jm.jit(select_rows, static_argnums=1)(jnp.asarray(A), 4)
     _, _, P = scipy.linalg.qr(A.T, pivoting=True)
     np.testing.assert_array_equal(np.sort(np.asarray(rows)), np.sort(P[:4]))
     sel = A[np.asarray(rows)]

@@ -63,7 +63,14 @@ def _reduction_checks(mech, d_auto, with_autodiff=False):
     return jm.jit(jax.vmap(f))
 
 
-@pytest.fixture(scope="module", params=CLOSED)
+# five_bar, slider_crank and two_module run in the slow tier (each is one more ~15 s compile of the
+# same checks; the default tier keeps a planar 1-dof loop, a spatial platform and the excavator).
+_SLOW_CLOSED = ("five_bar", "slider_crank", "two_module")
+
+
+@pytest.fixture(
+    scope="module", params=[pytest.param(n, marks=pytest.mark.slow) if n in _SLOW_CLOSED else n for n in CLOSED]
+)
 def closed(request, configs_dir):
     mech = _load(configs_dir, request.param)
     return mech, _assembled(mech, BATCH)

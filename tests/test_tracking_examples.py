@@ -11,7 +11,7 @@ import jaxmech as jm
 from jaxmech.tracking import active_q_indices
 
 
-@pytest.mark.parametrize("name", ["excavator", "two_module"])
+@pytest.mark.parametrize("name", ["excavator", pytest.param("two_module", marks=pytest.mark.slow)])
 def test_assemble_from_q0_then_track_1000_steps(configs_dir, name):
     mech = jm.load(configs_dir / f"{name}.toml")
     res = jm.assemble(mech, mech.q0)
