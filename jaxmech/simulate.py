@@ -231,13 +231,19 @@ def step_with_info(
             qq = integrate(mech, q, dq)
             return vv, _accel(mech, qq, vv, tau, method)
 
+        # the four stages as one scan (one copy of the dynamics in the program, a quarter of
+        # the compile time): stage i evaluates f at c_i dt k_{i-1} and adds w_i k_i
+        c = jnp.asarray([0.0, 0.5, 0.5, 1.0], v.dtype)
+        w = jnp.asarray([1.0, 2.0, 2.0, 1.0], v.dtype) / 6.0
+
+        def stage(carry, cw):
+            (kq, kv), (sq, sv) = carry
+            kq, kv = f(cw[0] * dt * kq, v + cw[0] * dt * kv)
+            return ((kq, kv), (sq + cw[1] * kq, sv + cw[1] * kv)), None
+
         z = jnp.zeros_like(v)
-        k1 = f(z, v)
-        k2 = f(0.5 * dt * k1[0], v + 0.5 * dt * k1[1])
-        k3 = f(0.5 * dt * k2[0], v + 0.5 * dt * k2[1])
-        k4 = f(dt * k3[0], v + dt * k3[1])
-        dq = dt / 6.0 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
-        v1 = v + dt / 6.0 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+        (_, (sq, sv)), _ = jax.lax.scan(stage, ((z, z), (z, z)), jnp.stack([c, w], 1))
+        dq, v1 = dt * sq, v + dt * sv
         q1 = integrate(mech, q, dq)
     else:
         raise ValueError(f"integrator must be 'euler' or 'rk4', got {integrator!r}")
