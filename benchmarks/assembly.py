@@ -21,8 +21,6 @@ import platform
 import time
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
-
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)

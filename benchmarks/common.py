@@ -10,9 +10,10 @@
 * :func:`print_table` (rich) and :func:`write_json` (into ``benchmarks/results/``).
 * :class:`Budget` -- a wall-clock budget for ``--budget SECONDS``.
 
-Import this module before anything imports jax, or set ``XLA_FLAGS`` yourself: the flag below
-avoids a hang of batched ``lax.while_loop`` on 2-core CPUs, and importing jaxmech here sizes
-XLA's CPU pool before any backend use (``jaxmech/_xla.py``).
+Import this module before anything imports jax: importing jaxmech here sizes XLA's CPU pool before
+any backend use (``jaxmech/_xla.py``). No XLA flag is set: the scripts compile through ``jm.jit``,
+which passes jaxmech's compile options (XLA:CPU fusion emitters off) per program, as users get
+them (``jaxmech/_jit.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

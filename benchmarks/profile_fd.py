@@ -29,8 +29,6 @@ import statistics
 import time
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
-
 import jax  # noqa: E402
 
 import jaxmech as jm  # noqa: E402  (before any JAX computation: jaxmech/_xla.py)

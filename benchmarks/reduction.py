@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import time
 from pathlib import Path
-
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
