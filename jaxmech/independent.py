@@ -144,10 +144,29 @@ def _closed_reference(mech: Mechanism, q0: jnp.ndarray, rtol: float):
 _select_compiled_jit = jit(select_independent, static_argnames=("d", "rtol", "ptol"))
 
 
+_EXECUTABLES: dict = {}  # compiled reference programs per (what, structure, shapes, statics)
+
+
+def _compiled(what: str, fn, args: tuple, kwargs: dict, statics: dict):
+    """``fn.lower(*args, **statics).compile()``, cached per argument structure, shapes and
+    statics: an AOT executable runs concretely even while an outer function is being traced, and
+    ``lower().compile()`` alone would compile again for every model (1-2 s each)."""
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    shapes = tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves)
+    key = (what, tree, shapes, tuple(sorted(statics.items())))
+    exe = _EXECUTABLES.get(key)
+    if exe is None:
+        if len(_EXECUTABLES) > 64:
+            _EXECUTABLES.clear()
+        exe = _EXECUTABLES[key] = fn.lower(*args, **kwargs, **statics).compile()
+    return exe
+
+
 def _select_compiled(C, d: int, tiers, rtol: float):
     """:func:`select_independent` on concrete inputs as one compiled call (also inside a trace)."""
     C, tiers = np.asarray(C), np.asarray(tiers, dtype=float)  # numpy: no tracer inside a trace
-    return _select_compiled_jit.lower(C, d=int(d), tiers=tiers, rtol=float(rtol)).compile()(C, tiers=tiers)
+    exe = _compiled("select", _select_compiled_jit, (C,), {"tiers": tiers}, {"d": int(d), "rtol": float(rtol)})
+    return exe(C, tiers=tiers)
 
 
 def _reference(mech: Mechanism, rtol: float = 1e-9):
@@ -163,7 +182,7 @@ def _reference(mech: Mechanism, rtol: float = 1e-9):
         # executable on the concrete model (ensure_compile_time_eval would instead evaluate the
         # body primitive by primitive, ~150 tiny compilations and ~5 s per model).
         q0 = np.asarray(mech.q0)
-        r, C = _closed_reference.lower(mech, q0, float(rtol)).compile()(mech, q0)
+        r, C = _compiled("reference", _closed_reference, (mech, q0), {}, {"rtol": float(rtol)})(mech, q0)
         d = int(mech.nv - int(r))
         I, _, _ = _select_compiled(np.asarray(C), d, coordinate_tiers(mech), rtol)
         if len(_MOBILITY_CACHE) > 64:
