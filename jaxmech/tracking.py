@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._entry import entry
 from .assembly import (
     CONVERGED,
     STATUS_MESSAGES,
@@ -159,9 +160,18 @@ def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = F
       **options: :class:`jaxmech.assembly.AssemblyOptions` fields.
 
     Returns :class:`TrackResult` with ``q`` (n, nq). Differentiable in ``active_path`` and
-    ``mech`` (implicit function theorem per step). Batch over paths with ``jax.vmap``.
+    ``mech`` (implicit function theorem per step). Batch over paths with ``jax.vmap``. An eager
+    call runs as one cached compiled program (``jaxmech._entry``).
     """
-    opts = make_options(**options)
+    make_options(**options)  # bad option names / values raise here, before any compilation
+    res = _track_one(mech, q_start, active_path, active, tuple(sorted(options.items())))
+    return _raise_if_failed(res, f"{mech.name}: tracking") if throw else res
+
+
+@entry(static_argnames=("active", "options"), prime_mobility=True)
+def _track_one(mech: Mechanism, q_start, active_path, active, options: tuple) -> TrackResult:
+    """:func:`track` without ``throw``; ``options`` as sorted ``(name, value)`` pairs."""
+    opts = make_options(**dict(options))
     part = partition(mech, active)
     aq = active_q_indices(mech, part)
     path = jnp.asarray(active_path)
@@ -190,7 +200,7 @@ def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = F
     q = jax.vmap(lambda qi, qs_, r, ok: _attach(part, mech, qi, qs_, r, ok))(
         q_in, jax.lax.stop_gradient(q_star), rows, status == CONVERGED
     )
-    res = TrackResult(
+    return TrackResult(
         q,
         status,
         cat(first.residual, residual),
@@ -200,4 +210,3 @@ def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = F
         cat(first.rcond, rc),
         jnp.asarray(part.active, jnp.int32),
     )
-    return _raise_if_failed(res, f"{mech.name}: tracking") if throw else res
