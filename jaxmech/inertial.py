@@ -9,16 +9,21 @@
 * Standard parameters ``phi = (m, m c (3), Ibar_xx, Ibar_yy, Ibar_zz, Ibar_xy, Ibar_xz, Ibar_yz)``:
   the coordinates in which inverse dynamics is linear.
 * Mass scale (density): the whole ``(m, m c, I)`` of a body of known geometry times ``exp(s)``.
+* A mechanism's bodies: :func:`body_indices`, :func:`get_theta` (log-Cholesky parameters of
+  named bodies) and :func:`set_theta` (a copy of the model with them replaced).
 
 Units: kg, m, kg m^2; inertia "about the COM" unless said "about the origin".
 """
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._jit import jit
+from .mechanism import Mechanism
 
 
 def pseudo_inertia(mass, com, inertia) -> jnp.ndarray:
@@ -114,3 +119,30 @@ def scaled_inertial(log_scale, mass, com, inertia):
     ``log_scale`` when the nominal body is (its pseudo-inertia is scaled by a positive number)."""
     k = jnp.exp(log_scale)
     return k * mass, com, k * inertia
+
+
+# ----------------------------------------------------------------------------- body parameters of a mechanism
+
+
+def body_indices(mech: Mechanism, bodies) -> np.ndarray:
+    missing = [b for b in bodies if b not in mech.body_names]
+    if missing:
+        raise ValueError(f"{mech.name}: unknown bodies {missing} (bodies: {', '.join(mech.body_names)})")
+    return np.asarray([mech.body_names.index(b) for b in bodies], int)
+
+
+def get_theta(mech: Mechanism, bodies) -> jnp.ndarray:
+    """Log-Cholesky parameters (nbodies, 10) of the named bodies."""
+    idx = body_indices(mech, bodies)
+    return jax.vmap(inertial_to_theta)(mech.mass[idx], mech.com[idx], mech.inertia[idx])
+
+
+def set_theta(mech: Mechanism, bodies, theta) -> Mechanism:
+    """A copy of ``mech`` with the named bodies' inertial parameters from ``theta`` (n, 10)."""
+    idx = body_indices(mech, bodies)
+    m, c, I = jax.vmap(theta_to_inertial)(theta)
+    return eqx.tree_at(
+        lambda k: (k.mass, k.com, k.inertia),
+        mech,
+        (mech.mass.at[idx].set(m), mech.com.at[idx].set(c), mech.inertia.at[idx].set(I)),
+    )

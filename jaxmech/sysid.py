@@ -66,11 +66,14 @@ from .dynamics import rnea
 from .inertial import (  # noqa: F401  (re-exported: jaxmech.sysid.<name> stays valid)
     _U,
     _phi_from_pseudo,
+    body_indices,
     from_pseudo_inertia,
+    get_theta,
     inertial_from_standard,
     inertial_to_theta,
     pseudo_inertia,
     scaled_inertial,
+    set_theta,
     standard_parameters,
     theta_to_inertial,
     theta_to_inertial_batch,
@@ -78,33 +81,6 @@ from .inertial import (  # noqa: F401  (re-exported: jaxmech.sysid.<name> stays 
 )
 from .mechanism import Mechanism
 from .reduction import acceleration_lift, port_jacobian, tangent_map
-
-# ----------------------------------------------------------------------------- body parameters of a mechanism
-
-
-def body_indices(mech: Mechanism, bodies) -> np.ndarray:
-    missing = [b for b in bodies if b not in mech.body_names]
-    if missing:
-        raise ValueError(f"{mech.name}: unknown bodies {missing} (bodies: {', '.join(mech.body_names)})")
-    return np.asarray([mech.body_names.index(b) for b in bodies], int)
-
-
-def get_theta(mech: Mechanism, bodies) -> jnp.ndarray:
-    """Log-Cholesky parameters (nbodies, 10) of the named bodies."""
-    idx = body_indices(mech, bodies)
-    return jax.vmap(inertial_to_theta)(mech.mass[idx], mech.com[idx], mech.inertia[idx])
-
-
-def set_theta(mech: Mechanism, bodies, theta) -> Mechanism:
-    """A copy of ``mech`` with the named bodies' inertial parameters from ``theta`` (n, 10)."""
-    idx = body_indices(mech, bodies)
-    m, c, I = jax.vmap(theta_to_inertial)(theta)
-    return eqx.tree_at(
-        lambda k: (k.mass, k.com, k.inertia),
-        mech,
-        (mech.mass.at[idx].set(m), mech.com.at[idx].set(c), mech.inertia.at[idx].set(I)),
-    )
-
 
 # ----------------------------------------------------------------------------- data
 

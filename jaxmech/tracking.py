@@ -55,7 +55,7 @@ class TrackResult(eqx.Module):
     ``rank`` (n,) closure rank; ``rcond`` (n,) reciprocal condition of the selected passive block;
     ``active`` (na,) the velocity indices the path prescribes (the default is the actuated set, or
     a valid best-conditioned one when the actuators over-determine the closure:
-    :func:`jaxmech.assembly.default_active`)."""
+    :func:`jaxmech.active_set.default_active`)."""
 
     q: jnp.ndarray
     status: jnp.ndarray
