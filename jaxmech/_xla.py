@@ -21,10 +21,12 @@ program has independent ones. With ``NPROC=8`` the hanging call above finishes (
 dynamics, 1,024 states) and per-state time is unchanged within noise (135-157 us at 8 and 16
 threads, 161 us pinned to one core). What did not fix it: ``taskset -c 0`` only makes it
 rarer, ``--xla_cpu_use_fusion_emitters=false`` and ``--xla_cpu_multi_thread_eigen=false`` do
-nothing, and ``--xla_cpu_enable_concurrency_optimized_scheduler=false`` (kept, since it avoids
-the hang in the batched assembly) only changes the order thunks start in.
+nothing, and ``xla_cpu_enable_concurrency_optimized_scheduler=false`` (kept, since it avoided
+the hang in the batched assembly) only changes the order thunks start in. That option is now
+passed per program by :func:`jaxmech.jit` (``jaxmech/_jit.py``) instead of through
+``XLA_FLAGS``: importing jaxmech leaves ``XLA_FLAGS`` alone.
 
-A user's own ``NPROC`` or flag wins. Importing jaxmech after JAX already ran something on the
+A user's own ``NPROC`` wins. Importing jaxmech after JAX already ran something on the
 CPU is too late for the pool size; :func:`configure` warns in that case.
 """
 
@@ -33,7 +35,6 @@ from __future__ import annotations
 import os
 import warnings
 
-_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 _MIN_POOL = 16
 
 
@@ -54,13 +55,10 @@ def _backend_started() -> bool:
 
 
 def configure() -> None:
-    """Set jaxmech's CPU flag and a deadlock-safe intra-op pool size unless the user set them.
+    """Set a deadlock-safe intra-op pool size (``NPROC``) unless the user set it.
 
     Takes effect only if called before JAX's CPU backend is first used (jaxmech calls it at
     import); warns when the backend already started with a small pool."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}".strip()
     if "NPROC" in os.environ or _cpu_count() >= _MIN_POOL:
         return
     if _backend_started():
