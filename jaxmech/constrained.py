@@ -364,8 +364,11 @@ def inverse_dynamics(
         P = P - rows.Cs.T @ _cho_solve(Lg, rows.Cs)
     PB = P @ B
     # exact when the actuators span the mobility (square, invertible E^T B); minimum-norm
-    # efforts for redundant actuation (SVD), so an over-actuated system never gives NaN
-    f = jnp.linalg.lstsq(PB, P @ rhs)[0] if B.shape[1] else jnp.zeros(0, dt)
+    # efforts for redundant actuation (SVD), so an over-actuated system never gives NaN. PB has
+    # rank <= mobility by construction; its other singular values are round-off of the projector
+    # (~1e-15 relative), so they are cut at rtol: LAPACK's default cut (max(m, n) eps) let them
+    # through on some builds, and the "minimum-norm" efforts then depended on that round-off
+    f = jnp.linalg.lstsq(PB, P @ rhs, rcond=rtol)[0] if B.shape[1] else jnp.zeros(0, dt)
     tau = B @ f
     lam = jnp.zeros(rows.s, dt)
     if rows.k:

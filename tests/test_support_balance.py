@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
+import scipy.linalg
 
 import jaxmech as jm
 from jaxmech.reduction import add_support_points
@@ -118,6 +119,15 @@ def test_go2_support_forces_balance_gravity_in_one_vmap(configs_dir):
             label
         )  # feet push, never pull (FL carries 0 of 3: COM on FR-RL)
     assert mech.loop_names == tuple(names)
+    # four feet are redundant: the efforts must be the minimum-norm ones, pinv(E^T B) E^T h with E a
+    # null-space basis of all twelve foot rows (scipy SVD) and h the gravity torques (at rest)
+    C = np.asarray(jm.closure_jacobian(mech, jnp.asarray(q)))
+    E = scipy.linalg.null_space(C)
+    h = np.asarray(jm.rnea(mech, jnp.asarray(q), zero, zero))
+    f_ref = np.linalg.pinv(E.T[:, joints]) @ (E.T @ h)
+    np.testing.assert_allclose(np.asarray(out.effort)[-1], f_ref, atol=1e-8)
+    z = lam[-1, :, 2]  # the Go2 is left-right symmetric and the COM lies on the diagonals' crossing
+    np.testing.assert_allclose(z[[1, 0, 3, 2]], z, rtol=1e-9)
 
 
 def test_cassie_support_modes_balance_gravity_in_one_vmap(configs_dir):
