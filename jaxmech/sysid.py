@@ -259,6 +259,10 @@ def identify(
     m_true = None if reference is None else np.asarray(reference.mass)[idx]
     theta, ost = theta0, opt.init(theta0)
     key = jax.random.PRNGKey(0) if key is None else key
+    # the optimizer state update() returns has strong dtypes where opt.init's has weak ones;
+    # start from those types so that update compiles once, not twice
+    _, ost_type, _ = jax.eval_shape(update, theta, ost, key)
+    ost = jax.tree.map(lambda x, t: jnp.asarray(x, t.dtype), ost, ost_type)
     losses, errs = [], []
     for it in range(iterations):
         key, sub = jax.random.split(key)

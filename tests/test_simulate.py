@@ -35,9 +35,9 @@ def passive_rollout(stewart):
     u = 0.2 * jax.random.normal(jax.random.PRNGKey(1), (2, E.shape[-1]))
     V = jnp.einsum("bij,bj->bi", E, u)
     U = jnp.zeros((2, N_STEPS, sim.control_size(mech)))
-    traj, info = _rollouts(mech, sim.SimState(Q, V), U, DT)
+    traj, info = _rollouts(mech, sim.SimState(Q, V), U, DT, "euler")  # as _drift calls it: one compile
     e0 = _energies(mech, Q, V)
-    return mech, Q, V, U, traj, info, e0, lambda s, u: _rollouts(mech, s, u, DT)
+    return mech, Q, V, U, traj, info, e0, lambda s, u: _rollouts(mech, s, u, DT, "euler")
 
 
 def test_closure_gap_stays_at_roundoff(passive_rollout):
