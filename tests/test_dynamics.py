@@ -202,7 +202,7 @@ def _fd(f, x, dx, h=1e-6):
     return (f(x + h * dx) - f(x - h * dx)) / (2 * h)
 
 
-@pytest.mark.parametrize("fn", ["rnea", "aba"])
+@pytest.mark.parametrize("fn", ["rnea", pytest.param("aba", marks=pytest.mark.slow)])  # aba: 21 s of compile
 def test_gradients_vs_finite_differences(fn):
     mech = _robot("go2" if fn == "aba" else "panda").mech
     q, v, a, tau = (x[0] for x in _states(mech, 1, seed=11))

@@ -11,7 +11,8 @@ import jaxmech as jm
 from jaxmech.tracking import active_q_indices
 
 
-@pytest.mark.parametrize("name", ["excavator", pytest.param("two_module", marks=pytest.mark.slow)])
+# slow tier: 20-30 s each, mostly compilation; test_assembly tracks the four-bar 1,000 steps by default
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) for n in ("excavator", "two_module")])
 def test_assemble_from_q0_then_track_1000_steps(configs_dir, name):
     mech = jm.load(configs_dir / f"{name}.toml")
     res = jm.assemble(mech, mech.q0)
