@@ -31,7 +31,7 @@ if __name__ == "__main__" and "--cpu" in sys.argv:  # pin before jax starts its 
     os.sched_setaffinity(0, {int(sys.argv[sys.argv.index("--cpu") + 1])})
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common  # noqa: E402  (sets XLA_FLAGS before jax is imported)
 import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common  # noqa: E402  (sets XLA_FLAGS before jax is imported)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 

@@ -13,10 +13,7 @@ program (jit of vmap)          default          fusion emitters off
 ``assemble``                   4.32 s / 39 ms   2.89 s / 40 ms
 ============================  ===============  ===============
 
-(compile time / run time per call). The second option,
-``xla_cpu_enable_concurrency_optimized_scheduler=False``, keeps XLA from starting independent
-batched LAPACK calls at the same time (see ``jaxmech/_xla.py``); it used to be set in
-``XLA_FLAGS`` at import. The options are passed per program through ``jax.jit``'s
+(compile time / run time per call). The option is passed per program through ``jax.jit``'s
 ``compiler_options``; nothing global changes, and programs that are not compiled through
 :func:`jit` are compiled exactly as JAX would. The options are a field of XLA's ``DebugOptions``,
 which every backend accepts (GPU ignores a CPU option). A jaxlib that does not know an option is
@@ -29,12 +26,7 @@ import functools
 
 import jax
 
-COMPILER_OPTIONS: dict[str, object] = {
-    "xla_cpu_use_fusion_emitters": False,
-    # run thunks in program order: with the default concurrency-optimized schedule, two batched
-    # LAPACK calls could start together and deadlock a small CPU pool (jaxmech/_xla.py)
-    "xla_cpu_enable_concurrency_optimized_scheduler": False,
-}
+COMPILER_OPTIONS: dict[str, object] = {"xla_cpu_use_fusion_emitters": False}
 """The options :func:`jit` adds to every program (a copy of this dict is used)."""
 
 

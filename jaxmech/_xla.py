@@ -21,12 +21,15 @@ program has independent ones. With ``NPROC=8`` the hanging call above finishes (
 dynamics, 1,024 states) and per-state time is unchanged within noise (135-157 us at 8 and 16
 threads, 161 us pinned to one core). What did not fix it: ``taskset -c 0`` only makes it
 rarer, ``--xla_cpu_use_fusion_emitters=false`` and ``--xla_cpu_multi_thread_eigen=false`` do
-nothing, and ``xla_cpu_enable_concurrency_optimized_scheduler=false`` (kept, since it avoided
-the hang in the batched assembly) only changes the order thunks start in. That option is now
-passed per program by :func:`jaxmech.jit` (``jaxmech/_jit.py``) instead of through
-``XLA_FLAGS``: importing jaxmech leaves ``XLA_FLAGS`` alone.
+nothing, and ``--xla_cpu_enable_concurrency_optimized_scheduler=false`` (kept, since it avoids
+the hang in the batched assembly) only changes the order thunks start in.
 
-A user's own ``NPROC`` wins. Importing jaxmech after JAX already ran something on the
+Measured in session 19: passing the scheduler option per program (``jax.jit``'s
+``compiler_options``) instead of through ``XLA_FLAGS`` is not equivalent. With ``NPROC=2`` the
+batched Stewart assembly (1,024 states) stalled at 0 % CPU on its first call with the per-program
+option, and ran 16 calls in 40 s with the flag in ``XLA_FLAGS``; so the flag stays global.
+
+A user's own ``NPROC`` or flag wins. Importing jaxmech after JAX already ran something on the
 CPU is too late for the pool size; :func:`configure` warns in that case.
 """
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 import os
 import warnings
 
+_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 _MIN_POOL = 16
 
 
@@ -55,10 +59,13 @@ def _backend_started() -> bool:
 
 
 def configure() -> None:
-    """Set a deadlock-safe intra-op pool size (``NPROC``) unless the user set it.
+    """Set jaxmech's CPU flag and a deadlock-safe intra-op pool size unless the user set them.
 
     Takes effect only if called before JAX's CPU backend is first used (jaxmech calls it at
     import); warns when the backend already started with a small pool."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}".strip()
     if "NPROC" in os.environ or _cpu_count() >= _MIN_POOL:
         return
     if _backend_started():

@@ -60,21 +60,6 @@ def test_jax_jit_is_untouched():
     assert "xla_cpu_use_fusion_emitters" not in __import__("os").environ.get("XLA_FLAGS", "")
 
 
-def test_import_leaves_xla_flags_alone():
-    """A fresh interpreter's XLA_FLAGS (set or unset) is the same after ``import jaxmech``."""
-    import os
-    import subprocess
-    import sys
-
-    code = "import os; b = os.environ.get('XLA_FLAGS'); import jaxmech; print(b == os.environ.get('XLA_FLAGS'))"
-    for flags in (None, "--xla_dump_hlo_pass_re=nothing"):
-        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-        if flags is not None:
-            env["XLA_FLAGS"] = flags
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        assert out.stdout.strip() == "True", out.stderr
-
-
 def test_nested_inside_a_trace():
     """A jm.jit function called inside another trace (concrete arguments included) is inlined."""
     inner = jm.jit(_f)
