@@ -110,3 +110,40 @@ def filter_jit(fun=None, /, **kwargs):
         return built[nested](*args, **kw)
 
     return call
+
+
+def default_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/jaxmech/xla`` (``~/.cache/jaxmech/xla`` when unset)."""
+    import os
+    from pathlib import Path
+
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return str(root / "jaxmech" / "xla")
+
+
+def compilation_cache(path: str | None = None, min_compile_time: float = 0.5) -> str:
+    """Keep compiled XLA programs on disk: JAX's persistent compilation cache, switched on.
+
+    A program whose compilation took at least ``min_compile_time`` seconds is written to ``path``
+    (default :func:`default_cache_dir`); any later compilation of the same program (same module
+    text, compile options, backend and jax/jaxlib versions), in this process or another one, loads
+    it instead of compiling. Results are bit-for-bit those of a fresh compilation; only compile
+    time changes. This sets JAX's global ``jax_compilation_cache_dir`` and
+    ``jax_persistent_cache_min_compile_time_secs``, so call it yourself, once, at the start of a
+    program (importing jaxmech never does). ``jaxmech demo`` and the test suite call it. Returns
+    the cache folder. Delete the folder to start cold."""
+    import os
+
+    path = os.fspath(path) if path is not None else default_cache_dir()
+    if not isinstance(min_compile_time, (int, float)) or min_compile_time < 0:
+        raise ValueError(f"compilation_cache: min_compile_time must be a number >= 0 s, got {min_compile_time!r}")
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time))
+    try:  # JAX opens its cache once per process: make a changed folder take effect
+        from jax.experimental.compilation_cache import compilation_cache as _cc
+
+        _cc.reset_cache()
+    except (ImportError, AttributeError):  # pragma: no cover - API moved; the config still applies
+        pass
+    return path

@@ -12,7 +12,6 @@ closure gaps and timings and writes ``stewart_demo.png``.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ._jit import jit
+from ._jit import compilation_cache, jit
 from .cli import app, console, enable_x64, load_or_exit
 
 
@@ -58,9 +57,7 @@ def demo(
     import jax.numpy as jnp
 
     if cache:  # JAX's persistent compilation cache (CPU and GPU); first run compiles as usual
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        jax.config.update("jax_compilation_cache_dir", str(root / "jaxmech" / "xla"))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        compilation_cache()
 
     from . import plots
     from .assembly import assemble, partition

@@ -1,6 +1,10 @@
 """Test configuration: the float64 reference tier (the library itself never flips x64).
 
-No XLA flags or environment changes here: the tests run under the configuration users get.
+No XLA flags or environment changes here: the tests run under the configuration users get. The
+suite keeps its compiled programs in JAX's persistent compilation cache through the public
+:func:`jaxmech.compilation_cache` (the same call ``jaxmech demo`` makes), in
+``.pytest_cache/jaxmech-xla``: the two xdist workers and the slow tier load what another test
+already compiled instead of compiling it again. Delete that folder for a cold run.
 """
 
 import gc
@@ -9,9 +13,12 @@ from pathlib import Path
 import jax
 import pytest
 
+import jaxmech as jm
+
 jax.config.update("jax_enable_x64", True)
 
 ROOT = Path(__file__).resolve().parents[1]
+jm.compilation_cache(ROOT / ".pytest_cache" / "jaxmech-xla")
 CONFIGS = ROOT / "configs"
 
 

@@ -69,3 +69,41 @@ def test_nested_inside_a_trace():
     np.testing.assert_allclose(jax.grad(lambda y: jm.jit(_f)(y).sum())(x), 2 * jnp.cos(x))
     fj = _jit.filter_jit(_f)
     np.testing.assert_allclose(jm.jit(lambda y: fj(y) + fj(x))(x), 2 * _f(x))
+
+
+def _prog_source():
+    def prog(x):
+        return jnp.cos(x) * 7.25 + jnp.arange(5.0)
+
+    return prog
+
+
+def test_compilation_cache_writes_then_reloads(tmp_path):
+    """jm.compilation_cache points JAX's on-disk cache at a folder: a compiled program lands there,
+    and the same program built again from a new function object (a miss in JAX's in-memory cache)
+    is loaded from disk (JAX records a cache hit), with equal values. The suite's own cache folder
+    is restored afterwards."""
+    before = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
+    hits = []
+
+    def listen(event, **kw):
+        if event == "/jax/compilation_cache/cache_hits":
+            hits.append(event)
+
+    jax.monitoring.register_event_listener(listen)
+    try:
+        assert jm.compilation_cache(tmp_path / "xla", min_compile_time=0.0) == str(tmp_path / "xla")
+        x = jnp.linspace(0.0, 1.0, 5)
+        y1 = jm.jit(_prog_source())(x)
+        files = sorted(p.name for p in (tmp_path / "xla").iterdir())
+        assert any(f.startswith("jit_prog") for f in files), files
+        assert hits == []
+        y2 = jm.jit(_prog_source())(x)
+        assert len(hits) == 1
+        np.testing.assert_array_equal(y1, y2)
+        with pytest.raises(ValueError, match="min_compile_time"):
+            jm.compilation_cache(tmp_path, min_compile_time=-1)
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
+        if before[0]:
+            jm.compilation_cache(before[0], before[1])
