@@ -11,28 +11,31 @@ Each cut joint, and each explicit constraint, becomes one two-path closure eleme
 section 2.1): both paths start at the lowest common ancestor of the two bodies in the tree and
 run down to the body carrying the cut frame. A module with N paths (loops sharing bodies) thus
 gets N-1 elements automatically.
+
+:func:`compile` runs in named stages (its docstring lists them); the index tables are built in
+:mod:`jaxmech.compile_tables`.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 
-from .graph import CONSTRAINT_ROWS, CUT_OF_JOINT, JOINT_NQ, JOINT_NV, WORLD, Constraint, Graph, Joint
-from .mechanism import N_COLS, LoopGroup, Mechanism, Topology
-
-_ROW_LABELS = {
-    "point": ("x", "y", "z"),
-    "weld": ("rx", "ry", "rz", "x", "y", "z"),
-    "revolute": ("x", "y", "z", "zx", "zy"),
-    "cylindrical": ("x", "y", "zx", "zy"),
-    "universal": ("x", "y", "z", "xy"),
-    "prismatic": ("rx", "ry", "rz", "x", "y"),
-    "distance": ("d",),
-}
+from .compile_tables import (
+    _actuated_v,
+    _coordinates,
+    _couplings,
+    _frames_and_ports,
+    _loop_groups,
+    _touched,
+    _warn_outside_limits,
+)
+from .graph import CONSTRAINT_ROWS, CUT_OF_JOINT, WORLD, Constraint, Graph, Joint
+from .mechanism import Mechanism, Topology
 
 
 def _align(axis: np.ndarray, to: int) -> np.ndarray:
@@ -111,14 +114,115 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
 
     ``cuts`` / ``tree`` optionally pin joints as cuts / tree joints (in addition to the joints'
     own ``cut`` flags). Raises :class:`~jaxmech.graph.ModelError` for graphs that cannot be
-    compiled (disconnected bodies, loops through fixed joints only, impossible pins)."""
+    compiled (disconnected bodies, loops through fixed joints only, impossible pins).
+
+    The stages, in the order data flows: :func:`_pins` -> :func:`_spanning_tree` (which joints
+    are cut) -> :func:`_orient` (body order, parents, depth levels) -> :func:`_coordinates` (q/v
+    index tables, joint placements, limits, drive data) -> :func:`_closure_elements` (one
+    two-path element per cut joint or constraint) -> :func:`_loop_groups` (loop paths and their
+    dofs, grouped by element type) -> :func:`_couplings` -> :func:`_frames_and_ports`."""
     g = graph
+    cuts_, pinned = _pins(g, cuts, tree)
+    tree_joints = _spanning_tree(g, cuts_, pinned)
+    cut_joints = [j for j in g.joints.values() if j.name not in tree_joints]
+    tr = _orient(g, tree_joints)
+    co = _coordinates(tr)
+    loops, couplings = _closure_elements(g, tr, cut_joints)
+    groups, row_names = _loop_groups(tr, co, loops)
+    coupling_rows = sum(len(grp.names) * len(grp.rows) for grp in groups)
+    coupling_q, coupling_offset = _couplings(g, tr, co, couplings)
+    row_names += [f"{c.name}:c" for c in couplings]
+    fp = _frames_and_ports(g, tr, co)
+    touched = _touched(co, groups, coupling_q)
+    _warn_outside_limits(g, co, touched)
+    nb = len(tr.body_order)
+    topo = Topology(
+        touched_v=np.nonzero(touched)[0],
+        name=g.name,
+        source=g.source,
+        body_names=tuple(tr.body_order),
+        joint_names=tr.joint_names,
+        joint_types=tuple(tr.oriented[b].type for b in tr.body_order),
+        joint_reversed=tuple(tr.oriented[b] is not g.joints[tr.oriented[b].name] for b in tr.body_order),
+        cut_names=tuple(j.name for j in cut_joints),
+        loop_names=tuple(lp.name for lp in loops),
+        loop_types=tuple(lp.ctype for lp in loops),
+        loop_bodies=tuple((lp.a, lp.b) for lp in loops),
+        parent=tr.parent,
+        depth=tr.depth,
+        levels=tr.levels,
+        q_index=co.q_index,
+        v_index=co.v_index,
+        v_body=co.v_body,
+        v_col=co.v_col,
+        q_start=co.q_start,
+        v_start=co.v_start,
+        nq=co.nq,
+        nv=co.nv,
+        ancestor=co.ancestor,
+        groups=tuple(groups),
+        n_rows=coupling_rows + len(couplings),
+        row_names=tuple(row_names),
+        coupling_names=tuple(c.name for c in couplings),
+        coupling_rows=coupling_rows,
+        frame_names=tuple(fp["frame_names"]),
+        frame_body=np.array(fp["frame_body"], dtype=int),
+        actuated=tuple(n for n in tr.joint_names if g.joints[n].actuated),
+        actuated_v=_actuated_v(tr, co),
+        port_names=tuple(fp["port_names"]),
+        port_types=tuple(fp["port_types"]),
+        port_v=np.array(fp["port_v"], dtype=int),
+        port_frames=np.array(fp["port_frames"], dtype=int).reshape(-1, 2),
+        port_coef=fp["port_coef"],
+        lin_q=np.array(co.lin_q, dtype=int),
+        lin_v=np.array(co.lin_v, dtype=int),
+        sph_q=np.array(co.sph_q, dtype=int).reshape(-1, 4),
+        sph_v=np.array(co.sph_v, dtype=int).reshape(-1, 3),
+        free_q=np.array(co.free_q, dtype=int).reshape(-1, 7),
+        free_v=np.array(co.free_v, dtype=int).reshape(-1, 6),
+    )
+    bodies = [g.bodies[b] for b in tr.body_order]
+    f = lambda x: jnp.asarray(np.asarray(x, dtype=float))  # noqa: E731
+    return Mechanism(
+        topo=topo,
+        X_parent=f(co.X_parent),
+        X_child_inv=f(co.X_child_inv),
+        axis1=f(co.axis1),
+        axis2=f(co.axis2),
+        axis_t=f(co.axis_t),
+        offset_th=f(co.off_th),
+        offset_d=f(co.off_d),
+        mass=f(np.array([b.mass for b in bodies])),
+        com=f(np.array([b.com for b in bodies]).reshape(nb, 3)),
+        inertia=f(np.array([b.inertia for b in bodies]).reshape(nb, 3, 3)),
+        frame_pose=f(np.array(fp["frame_pose"]).reshape(-1, 4, 4)),
+        cut_pose_a=f(np.array([lp.pose_a for lp in loops]).reshape(-1, 4, 4)),
+        cut_pose_b=f(np.array([lp.pose_b for lp in loops]).reshape(-1, 4, 4)),
+        cut_length=f(np.array([lp.length for lp in loops])),
+        coupling_q=f(coupling_q),
+        coupling_offset=f(coupling_offset),
+        q0=f(co.q0),
+        lower=f(co.lower),
+        upper=f(co.upper),
+        armature=f(co.armature),
+        damping=f(co.damping),
+        gravity=f(g.gravity),
+        port_gear=f(fp["port_gear"]),
+        frictionloss=f(co.frictionloss),
+    )
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+def _pins(g: Graph, cuts, tree) -> tuple[set[str], set[str]]:
+    """Joints pinned as cuts / in the tree; joints named by couplings or joint ports must keep
+    their coordinate, so they are pinned in the tree too."""
     cuts = set(cuts or ())
     pinned_tree = set(tree or ())
     for n in cuts | pinned_tree:
         if n not in g.joints:
             raise g.error(f"joint '{n}'", "pinned as cut/tree joint but not in the graph")
-    # Joints named by couplings or ports must keep their coordinate.
     for c in g.constraints.values():
         if c.type == "coupling":
             pinned_tree.update(c.coeffs)
@@ -128,8 +232,11 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
     for n in pinned_tree:
         if g.joints[n].cut is True or n in cuts:
             raise g.error(f"joint '{n}'", "is pinned as a cut but a coupling/port/pin needs it in the tree")
+    return cuts, pinned_tree
 
-    # ---------------------------------------------------------------- spanning tree (Kruskal)
+
+def _spanning_tree(g: Graph, cuts: set[str], pinned_tree: set[str]) -> set[str]:
+    """Names of the tree joints: maximum-weight spanning tree (Kruskal, :func:`_tree_weight`)."""
     names = list(g.bodies)
     bidx = {n: i for i, n in enumerate(names)}
     uf = list(range(len(names)))
@@ -140,8 +247,7 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
             i = uf[i]
         return i
 
-    order = list(g.joints.values())
-    cand = [j for j in order if not (j.cut is True or j.name in cuts)]
+    cand = [j for j in g.joints.values() if not (j.cut is True or j.name in cuts)]
     cand.sort(key=lambda j: _tree_weight(j, pinned_tree), reverse=True)  # stable: file order on ties
     tree_joints: set[str] = set()
     for j in cand:
@@ -157,33 +263,74 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
     for n in names:
         if find(bidx[n]) != root:
             raise g.error(f"body '{n}'", "is not connected to the world by any joint (disconnected body)")
-    cut_joints = [j for j in order if j.name not in tree_joints]
+    return tree_joints
 
-    # ---------------------------------------------------------------- orient and order (DFS)
+
+@dataclass
+class _Tree:
+    """The oriented spanning tree: bodies in depth-first order from the world."""
+
+    body_order: list[str]
+    oriented: dict[str, Joint]  # child body -> its joint, walked parent -> child
+    bi: dict[str, int]  # body name -> index (world -1)
+    parent: np.ndarray  # (nb,) int, -1 for the world
+    depth: np.ndarray  # (nb,) int
+    levels: tuple  # body indices per depth
+
+    @property
+    def joint_names(self) -> tuple[str, ...]:
+        return tuple(self.oriented[b].name for b in self.body_order)
+
+    def chain(self, b: int) -> list[int]:
+        """Body indices from the root of the tree down to ``b``."""
+        out = []
+        while b >= 0:
+            out.append(b)
+            b = self.parent[b]
+        return out[::-1]
+
+    def child_of(self, g: Graph, joint: str) -> int:
+        """Index of the body whose coordinate ``joint`` is (a cut joint has none)."""
+        for child, j in self.oriented.items():
+            if j.name == joint:
+                return self.body_order.index(child)
+        raise g.error(f"joint '{joint}'", "is a cut joint; it has no coordinate to couple or actuate")
+
+    def paths(self, a: int, b: int) -> tuple[list[int], list[int]]:
+        """The two paths of a closure element: from the lowest common ancestor of bodies ``a``
+        and ``b`` down to each of them (paper 001 section 2.1)."""
+        ca, cb = self.chain(a), self.chain(b)
+        common = 0
+        while common < min(len(ca), len(cb)) and ca[common] == cb[common]:
+            common += 1
+        return ca[common:], cb[common:]
+
+
+def _orient(g: Graph, tree_joints: set[str]) -> _Tree:
+    """Depth-first walk from the world over the tree joints; a joint walked against its written
+    direction is :func:`_reverse` d."""
     adj: dict[str, list[Joint]] = defaultdict(list)
-    for j in order:
+    for j in g.joints.values():
         if j.name in tree_joints:
             adj[j.parent].append(j)
             adj[j.child].append(j)
     body_order: list[str] = []
-    oriented: dict[str, Joint] = {}  # child body -> oriented joint
+    oriented: dict[str, Joint] = {}
     seen = {WORLD}
-
-    def visit(b):
-        for j in adj[b]:
-            other = j.child if j.parent == b else j.parent
-            if other in seen:
-                continue
-            seen.add(other)
-            oj = j if j.parent == b else _reverse(j)
-            oriented[other] = oj
-            body_order.append(other)
-            visit(other)
-
-    import sys
-
-    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
-    visit(WORLD)
+    stack = [(WORLD, iter(adj[WORLD]))]  # iterative DFS: the same order as the recursive walk
+    while stack:
+        b, it = stack[-1]
+        j = next(it, None)
+        if j is None:
+            stack.pop()
+            continue
+        other = j.child if j.parent == b else j.parent
+        if other in seen:
+            continue
+        seen.add(other)
+        oriented[other] = j if j.parent == b else _reverse(j)
+        body_order.append(other)
+        stack.append((other, iter(adj[other])))
     nb = len(body_order)
     bi = {n: i for i, n in enumerate(body_order)}
     bi[WORLD] = -1
@@ -192,111 +339,25 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
     for i in range(nb):
         depth[i] = 0 if parent[i] < 0 else depth[parent[i]] + 1
     levels = tuple(np.nonzero(depth == d)[0] for d in range(depth.max() + 1)) if nb else ()
+    return _Tree(body_order, oriented, bi, parent, depth, levels)
 
-    # ---------------------------------------------------------------- coordinates
-    q_index = np.zeros((nb, 10), dtype=int)
-    v_index = -np.ones((nb, N_COLS), dtype=int)
-    q_start = np.zeros(nb, dtype=int)
-    v_start = np.zeros(nb, dtype=int)
-    nq = nv = 0
-    for i, b in enumerate(body_order):
-        q_start[i], v_start[i] = nq, nv
-        t = oriented[b].type
-        nq += JOINT_NQ[t]
-        nv += JOINT_NV[t]
-    ZERO, ONE = nq, nq + 1
-    X_parent = np.zeros((nb, 4, 4))
-    X_child_inv = np.zeros((nb, 4, 4))
-    axis1 = np.zeros((nb, 3))
-    axis2 = np.zeros((nb, 3))
-    axis_t = np.zeros((nb, 3))
-    off_th = np.zeros(nb)
-    off_d = np.zeros(nb)
-    q0 = np.zeros(nq)
-    outside: list = []  # (v start, n, text) of joints whose reference position violates their limits
-    lower = np.full(nq, -np.inf)
-    upper = np.full(nq, np.inf)
-    armature = np.zeros(nv)
-    damping = np.zeros(nv)
-    frictionloss = np.zeros(nv)
-    lin_q, lin_v, sph_q, sph_v, free_q, free_v = [], [], [], [], [], []
-    for i, b in enumerate(body_order):
-        j = oriented[b]
-        qs, vs = q_start[i], v_start[i]
-        X_parent[i] = j.parent_pose
-        X_child_inv[i] = np.linalg.inv(j.child_pose)
-        axis1[i], axis2[i], axis_t[i] = j.axis, j.axis2, j.axis
-        qi = [ZERO, ZERO, ZERO, ONE, ZERO, ZERO, ZERO, ZERO, ZERO, ZERO]
-        t = j.type
-        if t == "revolute":
-            qi[7] = qs
-            v_index[i, 6] = vs
-            off_th[i] = j.offset
-        elif t == "prismatic":
-            qi[9] = qs
-            v_index[i, 8] = vs
-            off_d[i] = j.offset
-        elif t == "cylindrical":
-            qi[7], qi[9] = qs, qs + 1
-            v_index[i, 6], v_index[i, 8] = vs, vs + 1
-        elif t == "universal":
-            qi[7], qi[8] = qs, qs + 1
-            v_index[i, 6], v_index[i, 7] = vs, vs + 1
-        elif t == "spherical":
-            qi[3:7] = range(qs, qs + 4)
-            v_index[i, 0:3] = range(vs, vs + 3)
-            sph_q.append(list(range(qs, qs + 4)))
-            sph_v.append(list(range(vs, vs + 3)))
-            q0[qs] = 1.0
-        elif t == "free":
-            qi[0:3] = range(qs, qs + 3)
-            qi[3:7] = range(qs + 3, qs + 7)
-            v_index[i, 0:6] = range(vs, vs + 6)
-            free_q.append(list(range(qs, qs + 7)))
-            free_v.append(list(range(vs, vs + 6)))
-            q0[qs + 3] = 1.0
-        if t in ("revolute", "prismatic", "cylindrical", "universal"):
-            n1 = JOINT_NQ[t]
-            lin_q.extend(range(qs, qs + n1))
-            lin_v.extend(range(vs, vs + n1))
-            lower[qs : qs + n1] = j.lower
-            upper[qs : qs + n1] = j.upper
-        if j.q0 is not None:
-            q0[qs : qs + JOINT_NQ[t]] = j.q0
-        if t in ("revolute", "prismatic", "cylindrical", "universal"):
-            x = q0[qs : qs + n1]
-            if np.any((x < j.lower) | (x > j.upper)):
 
-                def fmt(a):
-                    return f"{a[0]:g}" if len(a) == 1 else str(a.tolist())
+class _Element(NamedTuple):
+    """One two-path closure element (a cut joint or an explicit constraint)."""
 
-                outside.append((vs, n1, f"'{j.name}' {fmt(x)} not in [{fmt(j.lower)}, {fmt(j.upper)}]"))
-        armature[vs : vs + JOINT_NV[t]] = j.armature
-        damping[vs : vs + JOINT_NV[t]] = j.damping
-        frictionloss[vs : vs + JOINT_NV[t]] = j.frictionloss
-        q_index[i] = qi
-    v_body = np.zeros(nv, dtype=int)
-    v_col = np.zeros(nv, dtype=int)
-    for i in range(nb):
-        for c in range(N_COLS):
-            if v_index[i, c] >= 0:
-                v_body[v_index[i, c]], v_col[v_index[i, c]] = i, c
-    ancestor = np.zeros((nb, nv), dtype=bool)
-    for i in range(nb):
-        k = i
-        while k >= 0:
-            ancestor[i, v_index[k][v_index[k] >= 0]] = True
-            k = parent[k]
+    name: str
+    ctype: str
+    a: int  # body index carrying pose_a (-1: world)
+    b: int
+    pose_a: np.ndarray
+    pose_b: np.ndarray
+    axes: tuple
+    length: float
 
-    def chain(b: int) -> list[int]:
-        out = []
-        while b >= 0:
-            out.append(b)
-            b = parent[b]
-        return out[::-1]
 
-    # ---------------------------------------------------------------- closure elements
-    loops: list[tuple[str, str, int, int, np.ndarray, np.ndarray, tuple, float]] = []
+def _closure_elements(g: Graph, tr: _Tree, cut_joints: list[Joint]) -> tuple[list[_Element], list[Constraint]]:
+    """Closure elements of the cut joints then of the constraints, and the linear couplings."""
+    loops: list[_Element] = []
     for j in cut_joints:
         ctype = CUT_OF_JOINT.get(j.type)
         if ctype is None:
@@ -311,246 +372,17 @@ def compile(graph: Graph, cuts: list[str] | None = None, tree: list[str] | None 
         # A universal cut keeps the angle between its axes: x_A . y_B = axis . axis2 (zero only for
         # perpendicular axes); the constant rides in cut_length (closure.py subtracts it).
         c0 = float(j.axis @ j.axis2) if ctype == "universal" else 0.0
-        loops.append((j.name, ctype, bi[j.parent], bi[j.child], A, B, (True,) * 6, c0))
+        loops.append(_Element(j.name, ctype, tr.bi[j.parent], tr.bi[j.child], A, B, (True,) * 6, c0))
     couplings: list[Constraint] = []
     for c in g.constraints.values():
         if c.type == "coupling":
             couplings.append(c)
             continue
-        loops.append((c.name, c.type, bi[c.body_a], bi[c.body_b], c.pose_a, c.pose_b, c.axes, c.length))
-
+        loops.append(_Element(c.name, c.type, tr.bi[c.body_a], tr.bi[c.body_b], c.pose_a, c.pose_b, c.axes, c.length))
     # A loop that closes only through fixed joints has no motion to constrain.
-    for name, _ctype, a, b, *_ in loops:
-        if name in g.joints and g.joints[name].type == "fixed":
-            ca, cb = chain(a), chain(b)
-            common = len([1 for x, y in zip(ca, cb, strict=False) if x == y])
-            path = ca[common:] + cb[common:]
-            if all(oriented[body_order[k]].type == "fixed" for k in path):
-                raise g.error(f"joint '{name}'", "closes a loop made only of fixed joints (no motion to constrain)")
-
-    groups_def: dict[tuple, list[int]] = {}
-    for li, (_name, ctype, *_rest) in enumerate(loops):
-        key = (ctype, loops[li][6] if ctype == "pose" else None)
-        groups_def.setdefault(key, []).append(li)
-    groups = []
-    row = 0
-    row_names: list[str] = []
-    for (ctype, axes), members in groups_def.items():
-        paths_p, paths_m, dofs = [], [], []
-        for li in members:
-            _, _, a, b, *_ = loops[li]
-            ca, cb = chain(a), chain(b)
-            common = 0
-            while common < min(len(ca), len(cb)) and ca[common] == cb[common]:
-                common += 1
-            pp, pm = ca[common:], cb[common:]
-            d = []
-            for sign, path in ((-1, pp), (1, pm)):
-                for k, body in enumerate(path):
-                    for c in range(N_COLS):
-                        if v_index[body, c] >= 0:
-                            d.append((v_index[body, c], k, sign, body, c))
-            paths_p.append(pp)
-            paths_m.append(pm)
-            dofs.append(d)
-        L = max(1, max(len(p) for p in paths_p + paths_m))
-        m = max(1, max(len(d) for d in dofs))
-        n = len(members)
-        P = np.full((n, L), nb, dtype=int)
-        Mn = np.full((n, L), nb, dtype=int)
-        dv = np.zeros((n, m), dtype=int)
-        dp = np.zeros((n, m), dtype=int)
-        ds = np.zeros((n, m))
-        db = np.full((n, m), nb, dtype=int)
-        dc = np.zeros((n, m), dtype=int)
-        for r_, (pp, pm, d) in enumerate(zip(paths_p, paths_m, dofs, strict=False)):
-            P[r_, : len(pp)] = pp
-            Mn[r_, : len(pm)] = pm
-            for k_, (v, k, s, body, c) in enumerate(d):
-                dv[r_, k_], dp[r_, k_], ds[r_, k_], db[r_, k_], dc[r_, k_] = v, k, s, body, c
-        if ctype == "pose":
-            rows = np.nonzero(np.array(axes))[0]
-            labels = tuple(np.array(_ROW_LABELS["weld"])[rows])
-        else:
-            rows = np.arange(CONSTRAINT_ROWS[ctype])
-            labels = _ROW_LABELS[ctype]
-        for li in members:
-            row_names.extend(f"{loops[li][0]}:{lab}" for lab in labels)
-        groups.append(
-            LoopGroup(
-                ctype,
-                tuple(loops[li][0] for li in members),
-                P,
-                Mn,
-                dv,
-                dp,
-                ds,
-                db,
-                dc,
-                rows,
-                row,
-                np.array(members),
-                np.array(members),
-            )
-        )
-        row += n * len(rows)
-    coupling_rows = row
-    coupling_q = np.zeros((len(couplings), nq))
-    coupling_offset = np.zeros(len(couplings))
-    for k, c in enumerate(couplings):
-        for jn, coef in c.coeffs.items():
-            bj = body_order.index(_child_of(g, oriented, jn))
-            coupling_q[k, q_start[bj]] = coef  # reversal keeps a 1-dof joint's q (README)
-        coupling_offset[k] = c.offset
-        row_names.append(f"{c.name}:c")
-    n_rows = row + len(couplings)
-
-    # ---------------------------------------------------------------- frames and ports
-    frame_names, frame_body, frame_pose = [], [], []
-    for b in g.bodies.values():
-        for fname, T in b.frames.items():
-            frame_names.append(fname)
-            frame_body.append(bi[b.name])
-            frame_pose.append(T)
-    fidx = {f: k for k, f in enumerate(frame_names)}
-    port_names, port_types, port_v, port_frames, port_gear = [], [], [], [], []
-    port_coef = np.zeros((len(g.ports), nv))
-    for k, p in enumerate(g.ports.values()):
-        port_names.append(p.name)
-        port_types.append(p.type)
-        port_gear.append(p.gear)
-        if p.type == "joint":
-            for jn, c in (p.coeffs or {p.joint: 1.0}).items():  # a 1-dof joint keeps its q when reversed
-                bj = body_order.index(_child_of(g, oriented, jn))
-                port_coef[k, v_start[bj] + (p.index if p.coeffs is None else 0)] += c
-            bj = body_order.index(_child_of(g, oriented, p.joint))
-            port_v.append(v_start[bj] + p.index)
-            port_frames.append((-1, -1))
-        else:
-            port_v.append(-1)
-            port_frames.append(
-                tuple(
-                    _frame_or_body(g, frame_names, frame_body, frame_pose, fidx, bi, f) for f in (p.frame_a, p.frame_b)
-                )
-            )
-    joint_names = tuple(oriented[b].name for b in body_order)
-    actuated = tuple(n for n in joint_names if g.joints[n].actuated)
-    actuated_v = np.array(
-        [
-            v
-            for i, b in enumerate(body_order)
-            if oriented[b].actuated
-            for v in range(v_start[i], v_start[i] + JOINT_NV[oriented[b].type])
-        ],
-        dtype=int,
-    )
-
-    touched = np.zeros(nv, bool)
-    for grp in groups:
-        touched[grp.dof_v[grp.dof_sign != 0]] = True
-    if len(couplings):
-        touched[np.asarray(lin_v, dtype=int)[np.abs(coupling_q[:, np.asarray(lin_q, dtype=int)]).sum(0) > 0]] = True
-    # Only loop coordinates matter here: jm.assemble checks them against their limits (a serial
-    # robot's zero pose outside its limits, as in most URDFs, is not worth a warning).
-    bad = [t for v0, n, t in outside if touched[v0 : v0 + n].any()]
-    if bad:
-        warnings.warn(
-            f"{g.source or g.name}: reference position of loop joints outside their limits: {'; '.join(bad)}. "
-            "jm.assemble reports 'out of bounds' for guesses there (a side-car TOML's [limits] table can "
-            "replace limits)",
-            stacklevel=3,
-        )
-    topo = Topology(
-        touched_v=np.nonzero(touched)[0],
-        name=g.name,
-        source=g.source,
-        body_names=tuple(body_order),
-        joint_names=joint_names,
-        joint_types=tuple(oriented[b].type for b in body_order),
-        joint_reversed=tuple(oriented[b] is not g.joints[oriented[b].name] for b in body_order),
-        cut_names=tuple(j.name for j in cut_joints),
-        loop_names=tuple(lp[0] for lp in loops),
-        loop_types=tuple(lp[1] for lp in loops),
-        loop_bodies=tuple((lp[2], lp[3]) for lp in loops),
-        parent=parent,
-        depth=depth,
-        levels=levels,
-        q_index=q_index,
-        v_index=v_index,
-        v_body=v_body,
-        v_col=v_col,
-        q_start=q_start,
-        v_start=v_start,
-        nq=nq,
-        nv=nv,
-        ancestor=ancestor,
-        groups=tuple(groups),
-        n_rows=n_rows,
-        row_names=tuple(row_names),
-        coupling_names=tuple(c.name for c in couplings),
-        coupling_rows=coupling_rows,
-        frame_names=tuple(frame_names),
-        frame_body=np.array(frame_body, dtype=int),
-        actuated=actuated,
-        actuated_v=actuated_v,
-        port_names=tuple(port_names),
-        port_types=tuple(port_types),
-        port_v=np.array(port_v, dtype=int),
-        port_frames=np.array(port_frames, dtype=int).reshape(-1, 2),
-        port_coef=port_coef,
-        lin_q=np.array(lin_q, dtype=int),
-        lin_v=np.array(lin_v, dtype=int),
-        sph_q=np.array(sph_q, dtype=int).reshape(-1, 4),
-        sph_v=np.array(sph_v, dtype=int).reshape(-1, 3),
-        free_q=np.array(free_q, dtype=int).reshape(-1, 7),
-        free_v=np.array(free_v, dtype=int).reshape(-1, 6),
-    )
-    mass = np.array([g.bodies[b].mass for b in body_order])
-    com = np.array([g.bodies[b].com for b in body_order]).reshape(nb, 3)
-    inertia = np.array([g.bodies[b].inertia for b in body_order]).reshape(nb, 3, 3)
-    f = lambda x: jnp.asarray(np.asarray(x, dtype=float))  # noqa: E731
-    return Mechanism(
-        topo=topo,
-        X_parent=f(X_parent),
-        X_child_inv=f(X_child_inv),
-        axis1=f(axis1),
-        axis2=f(axis2),
-        axis_t=f(axis_t),
-        offset_th=f(off_th),
-        offset_d=f(off_d),
-        mass=f(mass),
-        com=f(com),
-        inertia=f(inertia),
-        frame_pose=f(np.array(frame_pose).reshape(-1, 4, 4)),
-        cut_pose_a=f(np.array([lp[4] for lp in loops]).reshape(-1, 4, 4)),
-        cut_pose_b=f(np.array([lp[5] for lp in loops]).reshape(-1, 4, 4)),
-        cut_length=f(np.array([lp[7] for lp in loops])),
-        coupling_q=f(coupling_q),
-        coupling_offset=f(coupling_offset),
-        q0=f(q0),
-        lower=f(lower),
-        upper=f(upper),
-        armature=f(armature),
-        damping=f(damping),
-        gravity=f(g.gravity),
-        port_gear=f(port_gear),
-        frictionloss=f(frictionloss),
-    )
-
-
-def _child_of(g: Graph, oriented: dict, joint: str) -> str:
-    for child, j in oriented.items():
-        if j.name == joint:
-            return child
-    raise g.error(f"joint '{joint}'", "is a cut joint; it has no coordinate to couple or actuate")
-
-
-def _frame_or_body(g, frame_names, frame_body, frame_pose, fidx, bi, f) -> int:
-    """Index of a named frame; a body name becomes a new frame at the body origin."""
-    if f in fidx:
-        return fidx[f]
-    frame_names.append(f)
-    frame_body.append(bi[f])
-    frame_pose.append(np.eye(4))
-    fidx[f] = len(frame_names) - 1
-    return fidx[f]
+    for lp in loops:
+        if lp.name in g.joints and g.joints[lp.name].type == "fixed":
+            pp, pm = tr.paths(lp.a, lp.b)
+            if all(tr.oriented[tr.body_order[k]].type == "fixed" for k in pp + pm):
+                raise g.error(f"joint '{lp.name}'", "closes a loop made only of fixed joints (no motion to constrain)")
+    return loops, couplings
