@@ -70,6 +70,7 @@ from .reduction import (
 )
 from .sharding import shard
 from .simulate import SimState, StepInfo, rollout, rollout_batch, step, step_with_info
+from .status import Status
 from .tracking import TrackResult, track
 
 __all__ = [
@@ -98,6 +99,7 @@ __all__ = [
     "v_from_pinocchio",
     "v_to_pinocchio",
     "STATUS_MESSAGES",
+    "Status",
     "AssemblyError",
     "AssemblyResult",
     "assemble",

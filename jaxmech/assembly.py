@@ -56,28 +56,35 @@ from .closure import _group_terms, _rows, _scatter_rows, closure_residual, closu
 from .kinpass import difference, integrate, joint_columns, joint_values, local_transforms_ext
 from .mechanism import Mechanism
 from .rank import numerical_rank, rcond, select_rows
+from .status import Status, messages
 
 # ----------------------------------------------------------------------------- statuses
 
-CONVERGED = 0
-MAX_ITERATIONS = 1
-SINGULAR = 2
-OUT_OF_BOUNDS = 3
-STEP_TOO_SMALL = 4
-NONFINITE_INPUT = 5
-OVERDETERMINED = 6
-UNDERDETERMINED = 7
+# The codes of jaxmech.status (one numbering for every result); the messages in assembly's terms.
+CONVERGED = Status.OK
+MAX_ITERATIONS = Status.MAX_ITERATIONS
+SINGULAR = Status.SINGULAR
+OUT_OF_BOUNDS = Status.OUT_OF_BOUNDS
+STEP_TOO_SMALL = Status.STEP_TOO_SMALL
+NONFINITE_INPUT = Status.NONFINITE_INPUT
+OVERDETERMINED = Status.OVERDETERMINED
+UNDERDETERMINED = Status.UNDERDETERMINED
 
-STATUS_MESSAGES = (
-    "converged",
-    "maximum number of iterations reached",
-    "singular: the selected passive block is rank deficient or ill-conditioned (rcond < rcond_min)",
-    "out of bounds: the solution is blocked by a joint limit (or an active coordinate is outside its limits)",
-    "homotopy step too small: continuation could not advance (target unreachable from this guess?)",
-    "non-finite input: the guess (or active values) contains NaN/inf; returned q0",
-    "over-determined active set: the closure restricts the active coordinates (rank > passive count)",
-    "under-determined active set: too few active coordinates to fix the passive ones (rank < passive count)",
+STATUS_MESSAGES = messages(
+    {
+        CONVERGED: "converged",
+        SINGULAR: "singular: the selected passive block is rank deficient or ill-conditioned (rcond < rcond_min)",
+        OUT_OF_BOUNDS: "out of bounds: the solution is blocked by a joint limit (or an active coordinate is outside "
+        "its limits)",
+        STEP_TOO_SMALL: "homotopy step too small: continuation could not advance (target unreachable from this guess?)",
+        NONFINITE_INPUT: "non-finite input: the guess (or active values) contains NaN/inf; returned q0",
+        OVERDETERMINED: "over-determined active set: the closure restricts the active coordinates (rank > passive "
+        "count)",
+        UNDERDETERMINED: "under-determined active set: too few active coordinates to fix the passive ones (rank < "
+        "passive count)",
+    }
 )
+"""Status code -> message (all codes of :class:`jaxmech.status.Status`; assembly returns 0-7)."""
 
 
 class AssemblyError(RuntimeError):

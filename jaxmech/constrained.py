@@ -56,13 +56,18 @@ from .curvature import closure_terms_world
 from .dynamics import _rnea, _World, kinematics
 from .mechanism import Mechanism
 from .rank import select_rows_ranked
+from .status import Status, messages
 
-OK, INCONSISTENT, NONFINITE = 0, 1, 2
-STATUS_MESSAGES = {
-    OK: "success",
-    INCONSISTENT: "closure rows dropped as dependent are violated (singular state or inconsistent velocity)",
-    NONFINITE: "non-finite result (mass matrix not positive definite or non-finite input)",
-}
+# The codes of jaxmech.status (one numbering for every result); the messages in the dynamics' terms.
+OK, INCONSISTENT, NONFINITE = Status.OK, Status.INCONSISTENT, Status.NONFINITE
+STATUS_MESSAGES = messages(
+    {
+        OK: "success",
+        INCONSISTENT: "inconsistent: closure rows dropped as dependent are violated (singular state or inconsistent "
+        "velocity); inverse dynamics: the actuators cannot realize the accelerations exactly",
+        NONFINITE: "non-finite result (mass matrix not positive definite or non-finite input)",
+    }
+)
 
 
 class ConstrainedDynamics(eqx.Module):
@@ -84,7 +89,8 @@ class InverseDynamics(eqx.Module):
 
     ``tau`` (nv,) generalized actuation ``B f``; ``effort`` (na,) actuator efforts ``f``;
     ``multipliers`` (s,); ``residual`` ``max |B f + C^T lambda - (M a + h)|``; ``status``
-    (0 ok, 1 the actuators cannot realize ``a`` exactly / singular actuation, 2 non-finite)."""
+    (:data:`STATUS_MESSAGES`: ``OK``; ``INCONSISTENT`` the actuators cannot realize ``a`` exactly /
+    singular actuation; ``NONFINITE``)."""
 
     tau: jnp.ndarray
     effort: jnp.ndarray
@@ -346,7 +352,7 @@ def inverse_dynamics(
     every coordinate of a tree). ``a`` should satisfy ``C a + gamma = 0``. With ``P`` the
     orthogonal projector onto ``null(C_s)`` the efforts solve ``P B f = P (M a + h)`` (exact when
     the actuators span the mobility, i.e. ``E^T B`` is square and invertible; minimum-norm efforts
-    for redundant actuation; status 1 when no effort realizes ``a``), then
+    for redundant actuation; status ``INCONSISTENT`` when no effort realizes ``a``), then
     ``C_s^T lambda_s = M a + h - B f``. For a tree this reduces to ``f = rnea`` restricted to
     ``actuators``. ``actuators``: None, joint names / 'joint:k' / indices, or a matrix (nv, na)."""
     dt = q.dtype
@@ -377,5 +383,5 @@ def inverse_dynamics(
     eps = jnp.finfo(dt).eps
     finite = jnp.all(jnp.isfinite(f)) & jnp.all(jnp.isfinite(lam))
     bad = res > jnp.sqrt(eps) * (1.0 + jnp.max(jnp.abs(rhs)))
-    status = jnp.where(~finite, 2, jnp.where(bad, 1, 0)).astype(jnp.int32)
+    status = jnp.where(~finite, NONFINITE, jnp.where(bad, INCONSISTENT, OK)).astype(jnp.int32)
     return InverseDynamics(tau, f, lam, res, status)

@@ -40,14 +40,17 @@ from .graph import WORLD, Graph, pose
 from .independent import choose_independent, coordinate_names, mobility
 from .kinpass import forward_kinematics, frame_jacobian, frame_pose, motion_columns
 from .mechanism import Mechanism
+from .status import Status, messages
 
-#: Status codes of :class:`TangentMap` (and their messages).
-OK, SINGULAR, INCONSISTENT = 0, 1, 2
-STATUS_MESSAGES = {
-    OK: "ok",
-    SINGULAR: "singular: the independent speeds do not parametrize the motion (dependent block rank-deficient)",
-    INCONSISTENT: "inconsistent: C E != 0 (more speeds named than the mobility, or redundant rows disagree)",
-}
+#: Status codes of :class:`TangentMap`: those of :mod:`jaxmech.status`, one numbering for every result.
+OK, SINGULAR, INCONSISTENT = Status.OK, Status.SINGULAR, Status.INCONSISTENT
+STATUS_MESSAGES = messages(
+    {
+        OK: "ok",
+        SINGULAR: "singular: the independent speeds do not parametrize the motion (dependent block rank-deficient)",
+        INCONSISTENT: "inconsistent: C E != 0 (more speeds named than the mobility, or redundant rows disagree)",
+    }
+)
 
 
 class TangentMap(eqx.Module):
