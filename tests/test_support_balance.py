@@ -8,12 +8,12 @@ support forces (multipliers of the support constraints, force on the robot) sum 
   carry the robot only when the COM lies above the line through them (gravity has a moment
   about that line otherwise), so the posture is solved (hip and thigh angles of all legs) to put
   the COM above the crossing of the diagonals. Two front feet cannot hold it there, and the
-  solver must say so (status 1: no effort realizes a = 0) instead of returning a least-squares
+  solver must say so (status INCONSISTENT: no effort realizes a = 0) instead of returning a least-squares
   answer as if it were an equilibrium.
 * Cassie with welded soles: floating, left, right and double support. Cassie's shin and heel
   springs are unactuated joints whose stiffness supplies their torque; the inverse dynamics solves
   for the spring torques with the motor torques (the spring deflection follows from the stiffness).
-  Floating it cannot stand still (status 1)."""
+  Floating it cannot stand still (status INCONSISTENT)."""
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +23,8 @@ import scipy.linalg
 
 import jaxmech as jm
 from jaxmech.reduction import add_support_points
+
+BAD = jm.Status.INCONSISTENT  # inverse dynamics: no effort realizes the accelerations
 
 FEET = ["FL_sole", "FR_sole", "RL_sole", "RR_sole"]
 
@@ -92,7 +94,7 @@ def test_go2_support_forces_balance_gravity_in_one_vmap(configs_dir):
     modes = {  # name -> feet on the ground (loop mask over the four foot constraints), status
         "two (FL-RR diagonal)": ([1, 0, 0, 1], 0),
         "two (FR-RL diagonal)": ([0, 1, 1, 0], 0),
-        "two (front)": ([1, 1, 0, 0], 1),
+        "two (front)": ([1, 1, 0, 0], BAD),
         "three": ([1, 1, 1, 0], 0),
         "four": ([1, 1, 1, 1], 0),
     }
@@ -140,7 +142,7 @@ def test_cassie_support_modes_balance_gravity_in_one_vmap(configs_dir):
     n_loop = mech.n_rows - 12  # the four rod loops come first, then the two 6-row sole welds
     springs = [f"{s}-{j}" for s in ("left", "right") for j in ("knee-shin-joint", "tarsus-spring-joint")]
     efforts = [n for n in mech.joint_names if n.endswith("-op")] + springs  # the 10 motors
-    modes = {"floating": ([0, 0], 1), "left": ([1, 0], 0), "right": ([0, 1], 0), "double": ([1, 1], 0)}
+    modes = {"floating": ([0, 0], BAD), "left": ([1, 0], 0), "right": ([0, 1], 0), "double": ([1, 1], 0)}
     masks = jnp.asarray(np.array([[1] * 4 + m for m, _ in modes.values()], bool))
     zero = jnp.zeros(mech.nv)
     f = jm.jit(jax.vmap(lambda s: jm.inverse_dynamics(mech, q, zero, zero, actuators=efforts, support=s)))
