@@ -159,7 +159,7 @@ def _mp_reference(M, h, C, gamma, tau, dps=40):
     "cfg",
     [
         "four_bar",
-        "excavator",
+        pytest.param("excavator", marks=pytest.mark.slow),
         pytest.param("five_bar", marks=pytest.mark.slow),
         pytest.param("slider_crank", marks=pytest.mark.slow),
     ],

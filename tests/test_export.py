@@ -35,7 +35,14 @@ def _n_equalities(mech) -> int:
 
 @pytest.mark.parametrize(
     "path",
-    ["four_bar.toml", "stewart.toml", "panda.toml", "cassie.toml", "excavator.toml", "cmg_variants.json"],
+    [  # default tier: the Stewart and the every-joint-type file; the other robots run slow
+        "stewart.toml",
+        "cmg_variants.json",
+        *[
+            pytest.param(p, marks=pytest.mark.slow)
+            for p in ("four_bar.toml", "panda.toml", "cassie.toml", "excavator.toml")
+        ],
+    ],
     ids=lambda p: p,
 )
 def test_export_round_trip(path, tmp_path):
