@@ -69,8 +69,9 @@ from .reduction import (
     tree_speed_lift,
 )
 from .sharding import shard
-from .simulate import SimState, StepInfo, rollout, rollout_batch, step, step_with_info
+from .simulate import SimState, StepInfo, control_size, rollout, rollout_batch, step, step_with_info
 from .status import Status
+from .straggler import assemble_batch
 from .tracking import TrackResult, track
 
 __all__ = [
@@ -103,6 +104,7 @@ __all__ = [
     "AssemblyError",
     "AssemblyResult",
     "assemble",
+    "assemble_batch",
     "track",
     "TrackResult",
     "rank",
@@ -151,6 +153,7 @@ __all__ = [
     "tree_speed_lift",
     "shard",
     "SimState",
+    "control_size",
     "StepInfo",
     "rollout",
     "rollout_batch",

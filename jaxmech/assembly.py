@@ -283,16 +283,46 @@ def _lm_step(J, f, mu):
 
 def _homotopy(mech, part: Partition, q_init, defect: Defect, sel, lam0, dlam0, done0, opts: AssemblyOptions):
     """The flattened continuation + corrector loop; returns the final :class:`_State`."""
+    cond, body = _loop(mech, part, defect, sel, opts)
+    return jax.lax.while_loop(cond, body, _initial_state(part, q_init, lam0, dlam0, done0, opts))
+
+
+def _initial_state(part: Partition, q_init, lam0, dlam0, done0, opts: AssemblyOptions) -> _State:
+    """The loop state before the first corrector iteration (``done0``: skip the loop)."""
+    n_p = len(part.passive)
+    dt = q_init.dtype
+    return _State(
+        q_init,
+        q_init,
+        jnp.asarray(lam0, dt),
+        jnp.asarray(dlam0, dt),
+        jnp.asarray(opts.mu0, dt),
+        q_init,
+        jnp.zeros(n_p, dt),
+        jnp.zeros((n_p, n_p), dt),
+        jnp.asarray(jnp.inf, dt),
+        jnp.ones((), dt),
+        jnp.asarray(jnp.inf, dt),
+        jnp.asarray(True),
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((), jnp.int32),
+        jnp.asarray(False),
+        jnp.asarray(done0),
+    )
+
+
+def _loop(mech, part: Partition, defect: Defect, sel, opts: AssemblyOptions):
+    """``(cond, body)`` of the corrector loop over :class:`_State` (one state, unbatched)."""
     p = np.asarray(part.passive, int)
     n_p = p.size
-    dt = q_init.dtype
-    tol, tol_mid, raw_tol, raw_tol_mid = _tols(opts, dt)
 
     def evaluate(q, lam):
         r, J = defected_residual_and_jacobian(mech, q, lam, defect)
         return r, J[sel][:, p]
 
     def body(s: _State) -> _State:
+        dt = s.q.dtype
+        tol, tol_mid, raw_tol, raw_tol_mid = _tols(opts, dt)
         lam = jnp.minimum(s.lam_acc + s.dlam, 1.0)
         r, Jp = evaluate(s.q, lam)
         f = r[sel]
@@ -347,28 +377,14 @@ def _homotopy(mech, part: Partition, q_init, defect: Defect, sel, lam0, dlam0, d
         )
 
     def cond(s: _State):
-        return ~(s.finished | s.too_small) & (s.it < opts.max_iter)
+        return running(s, opts)
 
-    z = jnp.zeros((), dt)
-    s0 = _State(
-        q_init,
-        q_init,
-        jnp.asarray(lam0, dt),
-        jnp.asarray(dlam0, dt),
-        jnp.asarray(opts.mu0, dt),
-        q_init,
-        jnp.zeros(n_p, dt),
-        jnp.zeros((n_p, n_p), dt),
-        jnp.asarray(jnp.inf, dt),
-        z + 1.0,
-        jnp.asarray(jnp.inf, dt),
-        jnp.asarray(True),
-        jnp.zeros((), jnp.int32),
-        jnp.zeros((), jnp.int32),
-        jnp.asarray(False),
-        jnp.asarray(done0),
-    )
-    return jax.lax.while_loop(cond, body, s0)
+    return cond, body
+
+
+def running(s: _State, opts: AssemblyOptions):
+    """Whether the corrector loop would run another iteration on ``s`` (bool, batched like ``s``)."""
+    return ~(s.finished | s.too_small) & (s.it < opts.max_iter)
 
 
 # ----------------------------------------------------------------------------- implicit gradients
@@ -487,29 +503,66 @@ def _prechecks(mech, part, q_in, finite_in, J0, opts):
     return jnp.where(finite_in, pre, NONFINITE_INPUT).astype(jnp.int32)
 
 
-def _assemble_impl(mech: Mechanism, q_guess, part: Partition, opts: AssemblyOptions) -> AssemblyResult:
+def _start(m: Mechanism, q_guess):
+    """``(q_in, finite_in)``: the guess in the working dtype, normalized; ``q0`` if not finite."""
     from .kinpass import normalize
 
-    m = jax.lax.stop_gradient(mech)
-    dt = jnp.result_type(q_guess.dtype, mech.q0.dtype)
+    dt = jnp.result_type(q_guess.dtype, m.q0.dtype)
     q_g = jax.lax.stop_gradient(q_guess).astype(dt)
     finite_in = jnp.all(jnp.isfinite(q_g))
-    q_in = normalize(m, jnp.where(finite_in, q_g, m.q0.astype(dt)))
+    return normalize(m, jnp.where(finite_in, q_g, m.q0.astype(dt))), finite_in
+
+
+def _trivial(mech: Mechanism, part: Partition) -> bool:
+    """Statically nothing to iterate: under-determined (more passive coordinates than rows) or a tree."""
+    return len(part.passive) > mech.n_rows or not mech.n_rows
+
+
+def _assemble_impl(mech: Mechanism, q_guess, part: Partition, opts: AssemblyOptions) -> AssemblyResult:
+    m = jax.lax.stop_gradient(mech)
+    q_in, finite_in = _start(m, q_guess)
+    dt = q_in.dtype
     p = np.asarray(part.passive, int)
     n_p = p.size
-    if n_p > mech.n_rows or not mech.n_rows:  # statically under-determined, or nothing to close (a tree)
+    if _trivial(mech, part):
         st0 = UNDERDETERMINED if n_p > mech.n_rows else CONVERGED
         status = jnp.where(finite_in, st0, NONFINITE_INPUT).astype(jnp.int32)
         status, residual, rank, rc, rows = _finish(m, part, q_in, opts, status, False, False, jnp.ones((), dt), dt)
         act = jnp.asarray(part.active, jnp.int32)
         return AssemblyResult(q_in, status, residual, jnp.zeros((), jnp.int32), rank, rc, rows, jnp.zeros((), dt), act)
+    setup = _setup(m, part, q_in, finite_in, opts)
+    cond, body = _loop(m, part, setup.defect, setup.sel, opts)
+    st = jax.lax.while_loop(cond, body, setup.state)
+    return _complete(mech, part, q_guess, setup, st, opts)
+
+
+class _Setup(NamedTuple):
+    """Per-state data of the corrector loop fixed before it starts (see :func:`_setup`)."""
+
+    defect: Defect
+    sel: jnp.ndarray  # (n_p,) selected rows of the starting Jacobian
+    pre: jnp.ndarray  # status before any iteration, -1 for none
+    state: _State  # the loop's initial state
+
+
+def _setup(m: Mechanism, part: Partition, q_in, finite_in, opts: AssemblyOptions) -> _Setup:
+    """Defect at the (normalized, finite) start ``q_in``, pre-checks, row selection, initial state."""
+    p = np.asarray(part.passive, int)
     defect = defect_at(m, q_in)
     _, J0 = defected_residual_and_jacobian(m, q_in, 0.0, defect)
     pre = _prechecks(m, part, q_in, finite_in, J0, opts)
-    sel0, _ = select_rows(J0[:, p], n_p)
-    st = _homotopy(m, part, q_in, defect, sel0, 0.0, opts.dlam0, pre >= 0, opts)
+    sel0, _ = select_rows(J0[:, p], p.size)
+    return _Setup(defect, sel0, pre, _initial_state(part, q_in, 0.0, opts.dlam0, pre >= 0, opts))
+
+
+def _complete(mech: Mechanism, part: Partition, q_guess, setup: _Setup, st: _State, opts) -> AssemblyResult:
+    """The result from the loop's final state: checks at the solution, status, implicit gradient."""
+    m = jax.lax.stop_gradient(mech)
+    dt = st.q.dtype
     q_out = jnp.where(st.finished, st.q_acc, st.q_good)
-    status, residual, rank, rc, rows = _finish(m, part, q_out, opts, pre, st.finished, st.too_small, st.rc_good, dt)
+    status, residual, rank, rc, rows = _finish(
+        m, part, q_out, opts, setup.pre, st.finished, st.too_small, st.rc_good, dt
+    )
     q = _attach(part, mech, q_guess.astype(dt), jax.lax.stop_gradient(q_out), rows, status == CONVERGED)
     lam = jnp.where(st.finished, 1.0, st.lam_acc)
     return AssemblyResult(q, status, residual, st.it, rank, rc, rows, lam, jnp.asarray(part.active, jnp.int32))

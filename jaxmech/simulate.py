@@ -305,12 +305,32 @@ def rollout(
     return traj, infos
 
 
-def rollout_batch(mech: Mechanism, states: SimState, controls, dt, n: int | None = None, **kwargs):
-    """:func:`rollout` vmapped over a batch of states (and of controls when they are an array
-    with a leading batch axis; a policy is shared)."""
+CPU_CHUNK = 256
+"""Batch slice of :func:`rollout_batch` on CPU for batches above ``2 * 2048`` states."""
+
+
+def rollout_batch(
+    mech: Mechanism, states: SimState, controls, dt, n: int | None = None, *, chunk: int | None = None, **kwargs
+):
+    """:func:`rollout` over a batch of states (and of controls when they are an array with a
+    leading batch axis; a policy is shared).
+
+    ``chunk``: ``None`` picks the layout: one ``jax.vmap`` on accelerators and for CPU batches up to
+    4,096, else ``lax.map`` over slices of :data:`CPU_CHUNK` states, each slice vmapped (Stewart,
+    8,192 states, 20 steps, one process on 2 cores: 63.6 -> 56.0 us per state-step; at 1,024 one
+    vmap is faster, 47 against 54). ``0`` forces one vmap; a positive value sets the slice."""
     if callable(controls):
-        return jax.vmap(lambda s: rollout(mech, s, controls, dt, n, **kwargs))(states)
-    return jax.vmap(lambda s, u: rollout(mech, s, u, dt, n, **kwargs))(states, controls)
+        f, xs = (lambda s: rollout(mech, s, controls, dt, n, **kwargs)), states
+    else:
+        f, xs = (lambda a: rollout(mech, a[0], a[1], dt, n, **kwargs)), (states, controls)
+    size = jax.tree.leaves(states)[0].shape[0]
+    if chunk is None:
+        chunk = CPU_CHUNK if jax.default_backend() == "cpu" and size > 2 * 2048 else 0
+    if chunk < 0:
+        raise ValueError(f"rollout_batch: chunk must be >= 0, got {chunk}")
+    if chunk == 0 or chunk >= size:
+        return jax.vmap(f)(xs)
+    return jax.lax.map(f, xs, batch_size=int(chunk))
 
 
 def make_rollout(mech: Mechanism, dt: float, n: int, batched: bool = True, **kwargs) -> Callable:
