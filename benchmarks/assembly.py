@@ -121,6 +121,51 @@ def stewart_success(mech, n, chunk):
     )
 
 
+def straggler_policy(mech, n, repeat, label, chunks=(None, 64)):
+    """Batch cost against the median state's cost, with and without the straggler policy
+    (``jm.assemble_batch``; chunk None: its default), from 0.2 m / 0.5 rad guesses. The median state's cost alone is the
+    per-state time of a batch of ``n`` copies of the guess that needs the median iteration count
+    (same batch size, so the same per-call overheads, and no stragglers)."""
+    G = jnp.asarray(perturbed(mech, n, seed=2024))
+    f = jm.jit(jax.vmap(lambda q: jm.assemble(mech, q)))
+    r, _, t_plain = timed(f, G, repeat=repeat)
+    it = np.asarray(r.iterations)
+    st = np.asarray(r.status)
+    k_med = int(np.argsort(it)[n // 2])
+    _, _, t_med = timed(f, jnp.tile(G[k_med], (n, 1)), repeat=repeat)
+    row = dict(
+        mechanism=label,
+        batch=n,
+        iterations_median=float(np.median(it)),
+        iterations_p99=float(np.percentile(it, 99)),
+        iterations_max=int(it.max()),
+        median_state_us=t_med / n * 1e6,
+        vmap_us=t_plain / n * 1e6,
+        vmap_ratio=t_plain / t_med,
+        vmap_success=float(np.mean(st == 0)),
+        policy=[],
+    )
+    for c in chunks:
+        rb, _, tb = timed(lambda g, c=c: jm.assemble_batch(mech, g, chunk=c), G, repeat=repeat)
+        sb = np.asarray(rb.status)
+        row["policy"].append(
+            dict(
+                chunk=jm.straggler.default_chunk(n) if c is None else c,
+                same_as_vmap=bool(np.array_equal(np.asarray(rb.iterations), it) and np.array_equal(sb, st)),
+                us=tb / n * 1e6,
+                ratio=tb / t_med,
+                success=float(np.mean(sb == 0)),
+                max_residual=float(np.asarray(rb.residual)[sb == 0].max()),
+            )
+        )
+    console.print(
+        f"  {label} batch {n}: median state {row['median_state_us']:.1f} us, vmap {row['vmap_us']:.1f} us "
+        f"({row['vmap_ratio']:.2f}x), policy "
+        + ", ".join(f"chunk {p['chunk']}: {p['us']:.1f} us ({p['ratio']:.2f}x)" for p in row["policy"])
+    )
+    return row
+
+
 def homotopy_every_step(mech, q_start, path):
     """Baseline of paper 001 Table 7: defect homotopy at every step from the previous solution."""
     part = A.partition(mech)
@@ -237,6 +282,10 @@ def main() -> None:
     )
     console.print("[bold]Stewart forward kinematics from perturbed guesses[/]")
     results["stewart_fk_success"] = stewart_success(stewart, n_guess, 1024 if not args.quick else 256)
+    console.print("[bold]straggler policy (jm.assemble_batch) from 0.2 m / 0.5 rad guesses[/]")
+    results["stragglers"] = [straggler_policy(stewart, 256 if args.quick else 1024, args.repeat, "stewart")]
+    if not args.quick:
+        results["stragglers"].append(straggler_policy(stewart, 8192, 1, "stewart"))
     console.print("[bold]tracking vs defect homotopy at every step[/]")
     q0s = np.asarray(stewart.q0)[[stewart.q_slice(f"leg_{i}_length").start for i in range(6)]]
     results["tracking"] = [
@@ -310,6 +359,34 @@ def main() -> None:
             f"{r['speedup']:.0f}x",
         )
     console.print(ts)
+    tg = Table(title="straggler policy: batch cost / median state's cost (goal <= 2x, >= 99 % converge)")
+    for c in ("batch", "it median/p99/max", "median us", "schedule", "same as vmap", "us/state", "ratio", "success"):
+        tg.add_column(c, justify="right")
+    for r in results["stragglers"]:
+        its = f"{r['iterations_median']:.0f}/{r['iterations_p99']:.0f}/{r['iterations_max']}"
+        med = f"{r['median_state_us']:.1f}"
+        tg.add_row(
+            str(r["batch"]),
+            its,
+            med,
+            "vmap",
+            "-",
+            f"{r['vmap_us']:.1f}",
+            f"{r['vmap_ratio']:.2f}x",
+            f"{r['vmap_success']:.4f}",
+        )
+        for p in r["policy"]:
+            tg.add_row(
+                "",
+                "",
+                "",
+                f"assemble_batch, chunk {p['chunk']}",
+                str(p["same_as_vmap"]),
+                f"{p['us']:.1f}",
+                f"{p['ratio']:.2f}x",
+                f"{p['success']:.4f}",
+            )
+    console.print(tg)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     console.print(f"wrote {args.out}")
