@@ -21,7 +21,8 @@ The public functions evaluate ``Delta`` and ``W`` from one world-frame tree pass
 poses by depth level (``T+ = T_A``, ``T- = T_B`` from the common root), and ``W`` from the world
 columns of the dofs on the two paths (``Ad_{T_A^-1}`` of their signed sum), vectorized over the
 loops of each type. That shares the path products between loops (1.7-2x faster than one path
-product per loop, which :func:`_group_terms` keeps for assembly's defect homotopy). Rows touch
+product per loop, :func:`_group_parts`, kept for the curvature's reference terms). Assembly's defect
+homotopy evaluates the same pass with its defect applied to each ``Delta`` (``defect_inv``). Rows touch
 only their loop's path dofs, so the Jacobian is block-sparse, and a subset of loops can be
 evaluated alone (``loops=``).
 """
@@ -56,12 +57,6 @@ def _path_prefixes(X: jnp.ndarray, path: np.ndarray) -> jnp.ndarray:
     for k in range(1, path.shape[1]):
         out.append(out[-1] @ F[:, k])
     return jnp.stack(out, 1)
-
-
-def _group_terms(mech: Mechanism, X: jnp.ndarray, S: jnp.ndarray, g: LoopGroup):
-    """Delta (n, 4, 4) and the mismatch-rate matrix W (n, 6, m) for one group."""
-    parts = _group_parts(mech, X, S, g)
-    return parts["Delta"], parts["W"]
 
 
 def _group_parts(mech: Mechanism, X: jnp.ndarray, S: jnp.ndarray, g: LoopGroup) -> dict:
@@ -174,25 +169,40 @@ def _select_groups(mech: Mechanism, loops) -> tuple[list[LoopGroup], bool]:
     return out, any(n in mech.topo.coupling_names for n in names)
 
 
-def _evaluate(mech: Mechanism, q: jnp.ndarray, loops, with_jac: bool):
+def _world_frame(mech: Mechanism, q: jnp.ndarray):
+    """World body rotations (nb + 1, 3, 3) and positions (nb + 1, 3), the world appended last."""
+    dt = q.dtype
+    R, p = _world_poses(mech, *local_poses(mech, q))
+    return jnp.concatenate([R, jnp.eye(3, dtype=dt)[None]], 0), jnp.concatenate([p, jnp.zeros((1, 3), dt)], 0)
+
+
+def group_mismatches(mech: Mechanism, q: jnp.ndarray) -> tuple:
+    """``Delta`` (n, 4, 4) of every loop group (``mech.topo.groups`` order), from one tree pass."""
+    Re, pe = _world_frame(mech, q)
+    return tuple(_world_group_terms(mech, Re, pe, None, g)[0] for g in mech.topo.groups)
+
+
+def _evaluate(mech: Mechanism, q: jnp.ndarray, loops, with_jac: bool, defect_inv=None):
     """Residual (s,) and, with ``with_jac``, Jacobian (s, nv) from one world-frame tree pass
     (poses by depth level, world columns of the path dofs): 1.7-2x faster than a path product per
-    loop (benchmarks/PROFILE.md); :func:`_group_terms` keeps the per-loop form for assembly."""
+    loop (benchmarks/PROFILE.md). ``defect_inv``: per group (n, 4, 4) constant transforms that
+    right-multiply ``Delta`` (assembly's defect homotopy; ``loops`` must be None); the Jacobian
+    rows keep ``W``, since a constant right factor leaves the right-trivialized rate unchanged."""
     groups, coup = _select_groups(mech, loops)
     topo, dt = mech.topo, q.dtype
-    R, p = _world_poses(mech, *local_poses(mech, q))
-    Re = jnp.concatenate([R, jnp.eye(3, dtype=dt)[None]], 0)
-    pe = jnp.concatenate([p, jnp.zeros((1, 3), dt)], 0)
+    Re, pe = _world_frame(mech, q)
     cols = None
     if with_jac:
         _, _, th1, th2, d = joint_values(mech, q)
         S = joint_columns(mech, th1, th2, d)
-        Rv, pv, x = R[topo.v_body], p[topo.v_body], S[topo.v_body, :, topo.v_col]
+        Rv, pv, x = Re[topo.v_body], pe[topo.v_body], S[topo.v_body, :, topo.v_col]
         w = mv3(Rv, x[:, :3])
         cols = jnp.concatenate([w, mv3(Rv, x[:, 3:]) + jnp.cross(pv, w)], -1)  # (nv, 6) Ad_T S
     res, jacs = [], []
-    for g in groups:
+    for k, g in enumerate(groups):
         Delta, W, _, _ = _world_group_terms(mech, Re, pe, cols, g)
+        if defect_inv is not None:
+            Delta = Delta @ defect_inv[k]
         r, j = _rows(mech, g, Delta, W, with_jac)
         res.append(r.reshape(-1))
         if with_jac:
@@ -231,7 +241,7 @@ def _world_group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
     A (with world columns ``cols`` (nv, 6); (n, 6, 0) when ``cols`` is None); ``RA`` (n, 3, 3),
     ``pA`` (n, 3) world pose of cut frame A; ``ba``, ``bb`` (n,) static body slots. ``Re`` /
     ``pe``: world body poses with the world appended (slot nb). Same values as
-    :func:`_group_terms`, with one tree pass shared by all loops instead of a path product per loop."""
+    :func:`_group_parts`, with one tree pass shared by all loops instead of a path product per loop."""
     topo, nb = mech.topo, mech.nb
     dt = Re.dtype
     lb = np.array([topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)

@@ -62,8 +62,8 @@ def _where_running(run, new, old):
     return jax.tree.map(lambda a, b: jnp.where(run.reshape(run.shape + (1,) * (a.ndim - 1)), a, b), new, old)
 
 
-@jit(static_argnames=("active", "options", "max_running"))
-def _phase_one(mech: Mechanism, guesses, active, options: tuple, max_running: int):
+@jit(static_argnames=("active", "options"))
+def _phase_one(mech: Mechanism, guesses, active, options: tuple, max_running):
     """Set-up of every state, then the corrector loop over the batch until ``<= max_running`` run."""
     opts, part = make_options(**dict(options)), partition(mech, active)
     m = jax.lax.stop_gradient(mech)
@@ -145,7 +145,7 @@ def assemble_batch(mech: Mechanism, guesses, active=None, *, chunk: int | None =
     mobility(mech)  # static, computed on the host once per model (the default active set needs it)
     if _trivial(mech, partition(mech, act)):
         return _assemble_many(mech, g, act, opt)
-    setup = _phase_one(mech, g, act, opt, chunk)
+    setup = _phase_one(mech, g, act, opt, jnp.asarray(chunk, jnp.int32))  # traced: one compile per batch shape
     late = np.nonzero(np.asarray(running(setup.state, make_options(**options))))[0]
     for k in range(0, late.size, chunk):  # one chunk unless phase 1 ran out of patience
         part = late[k : k + chunk]

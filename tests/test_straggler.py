@@ -40,7 +40,7 @@ def case():
 def test_every_field_equals_the_vmapped_assembly(case):
     mech, G, ref, out = case
     # the case exercises phase 2: phase 1 stops with 1-4 states still iterating
-    setup = straggler._phase_one(mech, jnp.asarray(G), None, (), 4)
+    setup = straggler._phase_one(mech, jnp.asarray(G), None, (), jnp.asarray(4, jnp.int32))
     late = np.asarray(assembly.running(setup.state, assembly.make_options()))
     assert 1 <= late.sum() <= 4
     assert np.all(ref.iterations[late] > np.asarray(setup.state.it)[late])
