@@ -9,7 +9,12 @@ batch, ...) so machine load hits both alike; the process pinned to one core (``-
   + ``pin.getConstraintsJacobian`` (the whole constraint Jacobian);
 * ``fd``   constrained forward dynamics: ``jm.forward_dynamics`` / ``pin.constraintDynamics``;
 * ``id``   tree inverse dynamics: ``jm.rnea`` / ``pin.rnea``;
-* ``cid``  closed-chain inverse dynamics ``jm.inverse_dynamics`` (no peer).
+* ``cid``  closed-chain inverse dynamics ``jm.inverse_dynamics`` (no peer);
+* ``assemble`` ``jm.assemble`` from guesses within 5 cm / 0.05 rad of a closed state on the free
+  joints and 0.03 rad / 3 cm on the other passive joints, ``track`` ``jm.track`` along a path of
+  ``STEPS`` actuated values (per state-step) and ``rollout`` ``jm.rollout`` for ``STEPS`` steps of
+  1 ms (per state-step): no peer computes these, so their ratio is against Pinocchio's
+  ``constraintDynamics`` per state, the yardstick of issue 13 (goals 4x, 2x, 1.5x).
 
 Peers run one state per call in a Python loop (their bindings cost ~0.5 us a call, included).
 Prints the ratio jaxmech / peer (below 1: jaxmech faster) and writes
@@ -47,7 +52,9 @@ try:
 except ImportError:
     mjx = None
 
-OPS = ("fk", "closure", "fd", "id", "cid")
+OPS = ("fk", "closure", "fd", "id", "cid", "assemble", "track", "rollout")
+STEPS = 10  # steps per tracked path / rollout
+YARDSTICK = ("assemble", "track", "rollout")  # timed against the peer's constrained forward dynamics
 BATCHES = (1, 64, 1024, 4096, 16384, 65536)
 
 
@@ -84,14 +91,44 @@ def closed_states(mech, n: int, spread: float = 0.03, seed: int = 0):
 # ----------------------------------------------------------------------------- jaxmech
 
 
+def guesses(mech, Q, seed: int = 1):
+    """Guesses near the closed states Q: free joints moved by up to 5 cm / 0.05 rad, the other
+    passive coordinates by up to 0.03 (rad or m); actuated coordinates exact."""
+    rng = np.random.default_rng(seed)
+    scale = np.full(mech.nv, 0.03)
+    for n_, ty in zip(mech.topo.joint_names, mech.topo.joint_types, strict=True):
+        if ty == "free":
+            scale[mech.v_slice(n_)] = 0.05
+    scale[mech.topo.actuated_v] = 0.0
+    dv = jnp.asarray(rng.uniform(-1, 1, Q.shape[:1] + (mech.nv,)) * scale)
+    return np.asarray(jm.jit(jax.vmap(lambda q, d: jm.integrate(mech, q, d)))(jnp.asarray(Q), dv))
+
+
 def jax_fns(mech):
-    """op -> jitted batched function of (Q, V, T, A)."""
+    """op -> jitted batched function of (Q, V, T, A) (``assemble``: Q are guesses)."""
+    from jaxmech.active_set import partition
+    from jaxmech.tracking import active_q_indices
+
+    nu = jm.control_size(mech)
+    jm.mobility(mech)  # static, on the host (the default active set needs it)
+    aq = np.asarray(active_q_indices(mech, partition(mech)), int)
+    ramp = jnp.linspace(0.0, 0.01, STEPS)[:, None]
+
+    def track(m, q):
+        return jm.track(m, q, q[aq][None, :] + ramp.astype(q.dtype)).q[-1]
+
+    def rollout(m, q, v):
+        return jm.rollout(m, jm.SimState(q, v), jnp.zeros(nu, q.dtype), 1e-3, STEPS)[0].q[-1]
+
     f = {
         "fk": lambda m, q, v, t, a: jm.forward_kinematics(m, q),
         "closure": lambda m, q, v, t, a: jm.closure_residual_and_jacobian(m, q),
         "fd": lambda m, q, v, t, a: jm.forward_dynamics(m, q, v, t).a,
         "id": lambda m, q, v, t, a: jm.rnea(m, q, v, a),
         "cid": lambda m, q, v, t, a: jm.inverse_dynamics(m, q, v, a).tau,
+        "assemble": lambda m, q, v, t, a: (lambda r: (r.q, r.status, r.iterations))(jm.assemble(m, q)),
+        "track": lambda m, q, v, t, a: track(m, q),
+        "rollout": lambda m, q, v, t, a: rollout(m, q, v),
     }
     return {k: jm.jit(jax.vmap(g, in_axes=(None, 0, 0, 0, 0))) for k, g in f.items()}
 
@@ -123,11 +160,13 @@ class Pinocchio:
             pin.computeJointJacobians(m, d, q)
             return pin.getConstraintsJacobian(m, d, cons, cd)
 
+        fd = lambda q, v, t, a: pin.constraintDynamics(m, d, q, v, t, cons, cd, self.settings)  # noqa: E731
         return {
             "fk": lambda q, v, t, a: pin.forwardKinematics(m, d, q),
             "closure": closure,
-            "fd": lambda q, v, t, a: pin.constraintDynamics(m, d, q, v, t, cons, cd, self.settings),
+            "fd": fd,
             "id": lambda q, v, t, a: pin.rnea(m, d, q, v, a),
+            **{op: fd for op in YARDSTICK},  # the yardstick: constrained forward dynamics per state
         }
 
     def run(self, op, n: int) -> float:
@@ -171,6 +210,7 @@ def make_peers(mech, Q, V, T, A) -> list:
 def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
     n = max(batches)
     Q, V, T, A = closed_states(mech, n, 0.03 if "stewart" in name else 0.2)
+    G = guesses(mech, Q) if "assemble" in ops else Q
     peers = make_peers(mech, Q, V, T, A)
     rows = []
     for dtype in dtypes:
@@ -181,8 +221,9 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                 print(f"{name} {jnp.dtype(dtype).name} batch {b}: skipped (--budget exhausted)")
                 rows.append({"mechanism": name, "dtype": jnp.dtype(dtype).name, "batch": b, "skipped": "budget"})
                 continue
-            args = [jnp.asarray(x[:b], dtype) for x in (Q, V, T, A)]
             for op in ops:
+                args = [jnp.asarray(x[:b], dtype) for x in (G if op == "assemble" else Q, V, T, A)]
+                per = b * (STEPS if op in ("track", "rollout") else 1)  # states, or state-steps
                 t0 = time.perf_counter()
                 lowered = fns[op].lower(m, *args).compile()
                 compile_s = time.perf_counter() - t0
@@ -191,7 +232,7 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                 for _ in range(reps):
                     s = time.perf_counter()
                     jax.block_until_ready(lowered(m, *args))
-                    jt.append((time.perf_counter() - s) / b)
+                    jt.append((time.perf_counter() - s) / per)
                     for p in peers:
                         if op in p.ops():
                             pt[p.name].append(p.run(op, min(b, peer_states)))
@@ -206,6 +247,14 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                     "jaxmech_median_us": 1e6 * float(np.median(jt)),
                     "compile_s": compile_s,
                 }
+                if op in YARDSTICK:
+                    row["peer_op"] = "constraintDynamics (yardstick)"
+                    row["per"] = "state-step" if op != "assemble" else "state"
+                if op == "assemble":
+                    _, st, it = (np.asarray(x) for x in lowered(m, *args))
+                    row.update(
+                        success=float(np.mean(st == 0)), iterations_mean=float(it.mean()), iterations_max=int(it.max())
+                    )
                 msg = f"{name:10s} {op:8s} {row['dtype']:8s} batch {b:6d}: jaxmech {row['jaxmech_us']:9.2f} us"
                 for pn, ts in pt.items():
                     row[f"{pn}_us"] = 1e6 * min(ts)

@@ -15,7 +15,7 @@ SMOKE=(
   "benchmarks/reduction.py --quick --configs four_bar --out $OUT/reduction.json"
   "benchmarks/rollout.py --quick --budget 60 --dtypes float64 --batch 4 --seconds 0.02 --examples stewart --no-env --out $OUT/rollout"
   "benchmarks/sysid.py --quick --n 256 --iterations 3 --out $OUT/sysid"
-  "benchmarks/compare.py --tiny --ops fk,closure,fd --out $OUT/compare.json"
+  "benchmarks/compare.py --tiny --ops fk,closure,fd,assemble,track,rollout --out $OUT/compare.json"
   "benchmarks/paper_robots.py --small --robots stewart,go2,panda --out $OUT/paper_robots.json"
   "benchmarks/run_all.py --budget 40 --what closure,fd --batch 1,8 --precision f64"
   "benchmarks/scaling.py --devices 1,2 --batch 64 --reps 1"
