@@ -198,6 +198,13 @@ def _accel(mech, q, v, tau, method):
     return forward_dynamics(mech, q, v, tau, method=method).a
 
 
+PROJECTION_ITERS = 2
+"""Default Gauss-Newton steps of the position projection per time step. The drift of one step is
+O(dt^2); two quadratically converging steps reach round-off for dt up to ~10 ms (Stewart, 1 ms,
+100 steps: closure gap 4.1e-16 with 2 and 4.0e-16 with 3; one step leaves 8.9e-11). The third step
+cost 11 % of a rollout step."""
+
+
 def step_with_info(
     mech: Mechanism,
     state: SimState,
@@ -206,7 +213,7 @@ def step_with_info(
     *,
     method: str = "auto",
     integrator: str = "euler",
-    projection_iters: int = 3,
+    projection_iters: int = PROJECTION_ITERS,
     actuation: str = "auto",
     with_energy: bool = False,
     limit_stiffness=0.0,

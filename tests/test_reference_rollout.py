@@ -1,5 +1,5 @@
 """``jm.rollout`` against a reference simulator built on Pinocchio: the same scheme (semi-implicit
-Euler, ``q (+) v dt`` by ``pin.integrate``, three minimum-norm Gauss-Newton steps back onto the
+Euler, ``q (+) v dt`` by ``pin.integrate``, ``sim.PROJECTION_ITERS`` minimum-norm Gauss-Newton steps back onto the
 closure, M-orthogonal velocity projection with M at the step's start) with every quantity from
 an independent source:
 
@@ -75,7 +75,7 @@ class ReferenceSimulator:
         a = self.accel(q, v, tau)
         v1 = v + DT * a
         q1 = self.integrate(q, DT * v1)
-        for _ in range(3):  # minimum-norm Gauss-Newton onto rho = 0
+        for _ in range(sim.PROJECTION_ITERS):  # minimum-norm Gauss-Newton onto rho = 0 (the library's count)
             r, C = self.ref.residual(q1), self.jacobian(q1)
             G = C @ C.T
             q1 = self.integrate(q1, -C.T @ np.linalg.solve(G + self._damping(G) * np.eye(len(G)), r))
