@@ -115,7 +115,8 @@ def jax_fns(mech):
     ramp = jnp.linspace(0.0, 0.01, STEPS)[:, None]
 
     def track(m, q):
-        return jm.track(m, q, q[aq][None, :] + ramp.astype(q.dtype)).q[-1]
+        r = jm.track(m, q, q[aq][None, :] + ramp.astype(q.dtype))
+        return r.q[-1], r.status, r.iterations[1:]  # step 0 acquires the start; the rest track
 
     def rollout(m, q, v):
         return jm.rollout(m, jm.SimState(q, v), jnp.zeros(nu, q.dtype), 1e-3, STEPS)[0].q[-1]
@@ -255,6 +256,9 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                     row.update(
                         success=float(np.mean(st == 0)), iterations_mean=float(it.mean()), iterations_max=int(it.max())
                     )
+                if op == "track":
+                    _, st, it = (np.asarray(x) for x in lowered(m, *args))
+                    row.update(success=float(np.mean(st == 0)), iterations_per_step=float(it.mean()))
                 msg = f"{name:10s} {op:8s} {row['dtype']:8s} batch {b:6d}: jaxmech {row['jaxmech_us']:9.2f} us"
                 for pn, ts in pt.items():
                     row[f"{pn}_us"] = 1e6 * min(ts)
