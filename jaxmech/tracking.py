@@ -100,18 +100,26 @@ def active_q_indices(mech: Mechanism, part: Partition) -> np.ndarray:
 class _Carry(NamedTuple):
     q: jnp.ndarray
     rows: jnp.ndarray
+    corr: jnp.ndarray  # (nv,) last step's corrector displacement (q_new minus the prediction)
+    step2: jnp.ndarray  # squared size of the last step's active move (0 before the first)
 
 
 def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, carry: _Carry, a_k):
     p = np.asarray(part.passive, int)
     dt = carry.q.dtype
-    q_prev, rows = carry
+    q_prev, rows, corr, step2 = carry
     q_tgt = q_prev.at[aq].set(a_k.astype(dt))
     dv_a = difference(mech, q_prev, q_tgt)
     dv_a = dv_a.at[p].set(0.0)
     C = closure_jacobian(mech, q_prev)
     Rp = C[rows][:, p]
     dv_p = -jnp.linalg.solve(Rp, C[rows] @ dv_a)  # paper 001 eq. (58): D psi dv_a
+    # second-order term: the tangent predictor's error is quadratic in the step, so the last
+    # step's corrector displacement, scaled by the squared step ratio, predicts this one's
+    s2 = jnp.sum(dv_a * dv_a)
+    second = corr[p] * jnp.where(step2 > 0, s2 / jnp.where(step2 > 0, step2, 1.0), 0.0)
+    second = jnp.where(jnp.all(jnp.isfinite(second)), second, 0.0)
+    dv_p = dv_p + second
     dv_p = jnp.where(jnp.all(jnp.isfinite(dv_p)), dv_p, 0.0)
     q_pred = integrate(mech, q_prev, dv_a.at[p].set(dv_p)).at[aq].set(a_k.astype(dt))
     zero = Defect(
@@ -142,7 +150,11 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
     ok = status == CONVERGED
     rows_next = jnp.where(ok, new_rows, rows)
     out = (q_new, status, residual, d.it + jnp.where(direct_ok, 0, h_it), ~direct_ok, rank, rc, rows_next)
-    return _Carry(q_new, rows_next), out
+    # keep the second-order term only after a direct, converged step (a fallback's jump is no model)
+    keep = ok & direct_ok
+    # the whole deviation from the tangent predictor: the second-order term used plus the correction
+    corr_next = jnp.where(keep, difference(mech, q_pred, q_new).at[p].add(second), 0.0)
+    return _Carry(q_new, rows_next, corr_next, jnp.where(keep, s2, 0.0)), out
 
 
 def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = False, **options) -> TrackResult:
@@ -185,7 +197,7 @@ def _track_one(mech: Mechanism, q_start, active_path, active, options: tuple) ->
     m = jax.lax.stop_gradient(mech)
     ps = jax.lax.stop_gradient(path).astype(dt)
     first = _assemble_impl(m, jax.lax.stop_gradient(q_start).astype(dt).at[aq].set(ps[0]), part, opts)
-    carry0 = _Carry(first.q, first.rows)
+    carry0 = _Carry(first.q, first.rows, jnp.zeros(mech.nv, dt), jnp.zeros((), dt))
 
     def step(c, a_k):
         return _track_step(m, part, aq, opts, c, a_k)
