@@ -47,7 +47,6 @@ theorem (``jax.custom_jvp``), not from the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from functools import partial
 from typing import NamedTuple
 
 import equinox as eqx
@@ -58,8 +57,9 @@ import numpy as np
 from . import lie
 from ._entry import entry
 from .active_set import Partition, default_active, involved_coordinates, partition  # noqa: F401  (jm.assembly.*)
-from .closure import _evaluate, closure_residual, closure_residual_and_jacobian, group_mismatches
-from .kinpass import difference, integrate
+from .closure import _evaluate, closure_residual_and_jacobian, group_mismatches
+from .implicit import _attach
+from .kinpass import integrate
 from .mechanism import Mechanism
 from .rank import numerical_rank, rcond, select_rows, select_rows_ranked  # noqa: F401  (jm.assembly.numerical_rank)
 from .status import Status, messages
@@ -379,60 +379,6 @@ def _loop(mech, part: Partition, defect: Defect, sel, opts: AssemblyOptions):
 def running(s: _State, opts: AssemblyOptions):
     """Whether the corrector loop would run another iteration on ``s`` (bool, batched like ``s``)."""
     return ~(s.finished | s.too_small) & (s.it < opts.max_iter)
-
-
-# ----------------------------------------------------------------------------- implicit gradients
-
-
-def _passive_q_mask(mech: Mechanism, part: Partition) -> np.ndarray:
-    """Static (nq,) mask: q entries of joints that own a passive coordinate."""
-    t = mech.topo
-    mask = np.zeros(mech.nq, bool)
-    pset = set(part.passive)
-    for n in t.joint_names:
-        vs, qs = mech.v_slice(n), mech.q_slice(n)
-        if any(i in pset for i in range(vs.start, vs.stop)):
-            mask[qs] = True
-    return mask
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _attach(part: Partition, mech: Mechanism, q_in, q_star, rows, ok):
-    """Identity on ``q_star``; its JVP is the implicit-function-theorem derivative (paper 001
-    eqs. (52)-(55)): ``dv_p = -R_p^-1 (R_a dv_a + d rho/d theta . dtheta)`` on the selected rows."""
-    del part, mech, q_in, rows, ok
-    return q_star
-
-
-@_attach.defjvp
-def _attach_jvp(part: Partition, primals, tangents):
-    mech, q_in, q_star, rows, ok = primals
-    dmech, dq_in = tangents[0], tangents[1]
-    p = np.asarray(part.passive, int)
-    keep_q = jnp.asarray(~_passive_q_mask(mech, part), q_star.dtype)
-    # Linear maps evaluated at the primal point (jacfwd builds them from primals only), so the
-    # tangent computation below is a chain of matrix products and solves: transposable for
-    # reverse mode.
-    Dm = jax.jacfwd(lambda x: difference(mech, q_star, x))(q_star)  # (nv, nq)
-    Nm = jax.jacfwd(lambda v: integrate(mech, q_star, v))(jnp.zeros(mech.nv, q_star.dtype))  # (nq, nv)
-    known = np.ones(mech.nv)
-    known[p] = 0.0
-    dv_known = (Dm @ (dq_in * keep_q)) * jnp.asarray(known, q_star.dtype)
-    if p.size and mech.n_rows:
-        r_theta = jax.jvp(lambda m: closure_residual(m, q_star), (mech,), (dmech,))[1]
-        _, C = closure_residual_and_jacobian(mech, q_star)
-        Rp = C[rows][:, p]
-        rhs = (C @ dv_known + r_theta)[rows]
-        good = ok & jnp.all(jnp.isfinite(Rp)) & (rcond(Rp) > 0)
-        Rp = jnp.where(good, Rp, jnp.eye(p.size, dtype=Rp.dtype))  # where-shim: no NaN cotangents
-        dvp = jnp.where(good, -jnp.linalg.solve(Rp, rhs), 0.0)
-        P = np.zeros((mech.nv, p.size))
-        P[p, np.arange(p.size)] = 1.0
-        dv = dv_known + jnp.asarray(P, q_star.dtype) @ dvp
-    else:
-        dv = dv_known
-    dq = Nm @ dv
-    return q_star, dq
 
 
 # ----------------------------------------------------------------------------- public entry

@@ -30,7 +30,6 @@ from .assembly import (
     Defect,
     Partition,
     _assemble_impl,
-    _attach,
     _finish,
     _homotopy,
     _raise_if_failed,
@@ -40,6 +39,7 @@ from .assembly import (
     partition,
 )
 from .closure import closure_jacobian
+from .implicit import _attach
 from .independent import coordinate_names
 from .kinpass import difference, integrate
 from .mechanism import Mechanism
