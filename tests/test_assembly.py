@@ -126,6 +126,14 @@ def test_non_grashof_dead_centre_is_singular(four_bar, solve):
     r = run(solve, mech, guesses)
     st = np.asarray(r.status)
     assert st[0] == A.SINGULAR and st[1] == A.SINGULAR
+    from jaxmech.active_set import partition
+
+    p = np.asarray(partition(mech).passive)
+    for i in (0, 1, 3):  # rcond: numpy's 1 / cond_1 of the selected passive rows, tiny at the toggle
+        C = np.asarray(jm.closure_jacobian(mech, jnp.asarray(np.asarray(r.q)[i])))
+        ref = 1.0 / np.linalg.cond(C[np.asarray(r.rows)[i]][:, p], 1)
+        np.testing.assert_allclose(np.asarray(r.rcond)[i], ref, rtol=1e-8, atol=1e-14)
+    assert np.asarray(r.rcond)[0] < A.AssemblyOptions().rcond_min < 1e-3 < np.asarray(r.rcond)[3]
     assert st[2] != A.CONVERGED  # crank beyond its range: no closure
     assert st[3] == A.CONVERGED
     assert np.abs(wrap(np.asarray(r.q)[3] - inside)).max() <= 1e-10
@@ -260,6 +268,27 @@ def test_stewart_forward_kinematics_from_perturbed_guesses(stewart, stewart_geom
     # the bounded model reports the over-long leg as out of bounds
     rb = solve_st(mech, jnp.asarray(np.concatenate([guesses[[0, 7]], np.tile(q0, (B - 2, 1))])))
     np.testing.assert_array_equal(np.asarray(rb.status)[:2], [A.CONVERGED, A.OUT_OF_BOUNDS])
+
+
+def test_rcond_is_the_one_norm_condition_of_the_selected_block(stewart):
+    """The result's ``rcond`` is 1 / cond_1 of the selected passive rows at the returned q, as
+    numpy computes it from the closure Jacobian (and within n_p of the 2-norm value); a dead
+    centre gives a tiny one and the singular status."""
+    from jaxmech.active_set import partition
+
+    mech = stewart
+    p = np.asarray(partition(mech).passive)
+    q = jnp.asarray(mech.q0)
+    guesses = jnp.stack([jm.integrate(mech, q, 0.02 * jnp.sin(jnp.arange(mech.nv) + k)) for k in range(4)])
+    r = jax.tree.map(np.asarray, _shared_assemble(mech, guesses))
+    assert np.all(r.status == A.CONVERGED)
+    for i in range(4):
+        C = np.asarray(jm.closure_jacobian(mech, jnp.asarray(r.q[i])))
+        Rp = C[r.rows[i]][:, p]
+        ref = 1.0 / np.linalg.cond(Rp, 1)
+        np.testing.assert_allclose(r.rcond[i], ref, rtol=1e-10)
+        two = 1.0 / np.linalg.cond(Rp, 2)
+        assert two / p.size <= r.rcond[i] <= two * p.size
 
 
 def test_stewart_inverse_kinematics(stewart, stewart_geometry):
