@@ -191,7 +191,62 @@ class Pinocchio:
         return jm.v_from_pinocchio(self.mech, out)
 
 
-def make_peers(mech, Q, V, T, A) -> list:
+class MJX:
+    """MuJoCo XLA on the shipped MJCF of the same robot (``configs/NAME.xml``), batched like jaxmech:
+    ``jit(vmap(mjx.forward))`` (``fd``: qacc from its soft-constraint solver) and ``STEPS`` calls
+    of ``mjx.step`` in a ``lax.scan`` (``rollout``, per state-step), from the model's ``qpos0``
+    with random joint velocities (MuJoCo's coordinates are not jaxmech's; the cost of a step does
+    not depend on which closed state it starts from). Other ops have no MJX counterpart."""
+
+    name = "mjx"
+
+    def __init__(self, xml: Path, steps: int):
+        import mujoco
+
+        self.model = mujoco.MjModel.from_xml_path(str(xml))
+        self.steps = steps
+        self._compiled: dict = {}
+
+    def ops(self):
+        return {"fd": None, "rollout": None}
+
+    def _data(self, n: int, dtype):
+        mx = _cast_floats(mjx.put_model(self.model), dtype)
+        d0 = _cast_floats(mjx.make_data(mx), dtype)
+        qv = 0.1 * jax.random.normal(jax.random.PRNGKey(0), (n, self.model.nv), dtype)
+        return mx, jax.vmap(lambda v: d0.replace(qvel=v))(qv)
+
+    def prepare(self, op: str, n: int, dtype) -> float:
+        """Compile ``op`` at batch n (seconds), so :meth:`run` times the run only."""
+        mx, ds = self._data(n, dtype)
+        if op == "fd":
+            f = jax.jit(jax.vmap(lambda d: mjx.forward(mx, d).qacc))
+        else:
+
+            def roll(d):
+                return jax.lax.scan(lambda d, _: (mjx.step(mx, d), None), d, None, length=self.steps)[0].qpos
+
+            f = jax.jit(jax.vmap(roll))
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(ds))
+        self._compiled[op] = (f, ds, n * (self.steps if op == "rollout" else 1))
+        return time.perf_counter() - t0
+
+    def run(self, op, n: int) -> float:
+        """Seconds per state (per state-step for ``rollout``) at the batch :meth:`prepare` compiled."""
+        f, ds, per = self._compiled[op]
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(ds))
+        return (time.perf_counter() - t0) / per
+
+
+def _cast_floats(tree, dtype):
+    return jax.tree.map(
+        lambda x: x.astype(dtype) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) else x, tree
+    )
+
+
+def make_peers(mech, Q, V, T, A, name: str = "") -> list:
     peers = []
     if pin is not None:
         try:
@@ -200,8 +255,13 @@ def make_peers(mech, Q, V, T, A) -> list:
             print(f"pinocchio: skipped ({e})")
     else:
         print("pinocchio: not installed, skipped")
+    xml = common.CONFIGS / f"{name}.xml"
     if mjx is None:
         print("mjx: not installed, skipped")
+    elif not xml.exists():
+        print(f"mjx: no {xml.name} for {name}, skipped")
+    else:
+        peers.append(MJX(xml, STEPS))
     return peers
 
 
@@ -212,7 +272,7 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
     n = max(batches)
     Q, V, T, A = closed_states(mech, n, 0.03 if "stewart" in name else 0.2)
     G = guesses(mech, Q) if "assemble" in ops else Q
-    peers = make_peers(mech, Q, V, T, A)
+    peers = make_peers(mech, Q, V, T, A, name)
     rows = []
     for dtype in dtypes:
         m = common.cast(mech, dtype)
@@ -230,13 +290,18 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                 compile_s = time.perf_counter() - t0
                 jax.block_until_ready(lowered(m, *args))
                 jt, pt = [], {p.name: [] for p in peers if op in p.ops()}
+                peer_compile = {
+                    p.name: p.prepare(op, b, dtype)  # batched peers run at the same batch, compiled first
+                    for p in peers
+                    if op in p.ops() and hasattr(p, "prepare")
+                }
                 for _ in range(reps):
                     s = time.perf_counter()
                     jax.block_until_ready(lowered(m, *args))
                     jt.append((time.perf_counter() - s) / per)
                     for p in peers:
                         if op in p.ops():
-                            pt[p.name].append(p.run(op, min(b, peer_states)))
+                            pt[p.name].append(p.run(op, b if hasattr(p, "prepare") else min(b, peer_states)))
                 row = {
                     "mechanism": name,
                     "nv": mech.nv,
@@ -247,6 +312,7 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                     "jaxmech_us": 1e6 * min(jt),
                     "jaxmech_median_us": 1e6 * float(np.median(jt)),
                     "compile_s": compile_s,
+                    **{f"{pn}_compile_s": c for pn, c in peer_compile.items()},
                 }
                 if op in YARDSTICK:
                     row["peer_op"] = "constraintDynamics (yardstick)"
@@ -266,7 +332,7 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                     msg += f"  {pn} {row[f'{pn}_us']:7.2f} us  ratio {row[f'ratio_jaxmech_over_{pn}']:6.3f}"
                 if op == "fd" and jnp.dtype(dtype) == jnp.float64:
                     a = np.asarray(lowered(m, *args))
-                    for p in peers:
+                    for p in (p for p in peers if hasattr(p, "fd_all")):
                         k = min(b, peer_states)
                         ref = p.fd_all(k)
                         scale = np.max(np.abs(ref), axis=1, keepdims=True)

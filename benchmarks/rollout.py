@@ -1,7 +1,9 @@
 """Simulation throughput and long-rollout accuracy.
 
 * Environment steps per second of the Stewart pose-tracking environment (``jaxmech.envs``,
-  one env step = ``substeps`` simulator steps) at batch 1, 1,024, 8,192: ``jit(vmap(env.step))``.
+  one env step = ``SUBSTEPS`` simulator steps) at batch 1, 1,024, 8,192 and 65,536:
+  ``jit(vmap(env.step))``, next to MJX stepping the same robot (``configs/stewart.xml``) the same
+  number of times per env step (when mujoco-mjx is installed).
 * 10 s rollouts at dt = 1 ms of the Stewart platform (passive: no leg forces, no damping) and the
   excavator (cylinder forces = gravity compensation at the start): peak closure gap over the
   rollout (target <= 1e-9 m) and, for the passive Stewart, the energy drift
@@ -27,14 +29,61 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-ENV_BATCHES = (1, 1024, 8192)
+ENV_BATCHES = (1, 1024, 8192, 65536)
+SUBSTEPS = 2  # simulator steps per environment step (both engines)
+
+
+def mjx_env_throughput(dtype, batches, budget, reps=5):
+    """MJX on the same Stewart (``configs/stewart.xml``): one environment step = ``SUBSTEPS`` calls
+    of ``mjx.step`` at dt = 1 ms with the action written to ``ctrl``, ``jit(vmap)`` over the batch.
+    MJX's equality constraints are soft (its default solref); jaxmech's closure is exact. Empty
+    when mujoco-mjx is not installed."""
+    try:
+        import mujoco
+        from mujoco import mjx
+    except ImportError:
+        return []
+    m = mujoco.MjModel.from_xml_path(str(common.CONFIGS / "stewart.xml"))
+    m.opt.timestep = 1e-3
+    cast = lambda t: jax.tree.map(  # noqa: E731
+        lambda x: x.astype(dtype) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) else x, t
+    )
+    mx = cast(mjx.put_model(m))
+    d0 = cast(mjx.make_data(mx))
+
+    def env_step(d, a):
+        d = d.replace(ctrl=a)
+        for _ in range(SUBSTEPS):
+            d = mjx.step(mx, d)
+        return d
+
+    step = jax.jit(jax.vmap(env_step))
+    out = []
+    for b in batches:
+        if budget.left() <= 0:
+            out.append({"batch": b, "skipped": "budget"})
+            continue
+        qv = 0.1 * jax.random.normal(jax.random.PRNGKey(0), (b, m.nv), dtype)
+        ds = jax.vmap(lambda v: d0.replace(qvel=v))(qv)
+        t = common.time_fn(step, ds, jnp.zeros((b, m.nu), dtype), reps=reps)
+        out.append(
+            {
+                "batch": b,
+                "compile_s": t.compile_s,
+                "best_s": t.best_s,
+                "env_steps_per_s": b / t.best_s,
+                "sim_steps_per_s": b * SUBSTEPS / t.best_s,
+                "us_per_env_step": 1e6 * t.best_s / b,
+            }
+        )
+    return out
 
 
 def env_throughput(jm, dtype, batches, budget, reps=5):
     from jaxmech import envs
 
     mech = common.cast(jm.load(common.CONFIGS / "stewart.toml"), jnp.dtype(dtype))
-    env = envs.stewart_pose_env(mech, n_targets=8, substeps=2, dt=1e-3)
+    env = envs.stewart_pose_env(mech, n_targets=8, substeps=SUBSTEPS, dt=1e-3)
     env = common.cast(env, jnp.dtype(dtype))
     step = jm.jit(jax.vmap(lambda s, a: env.step(s, a)))
     reset = jm.jit(jax.vmap(lambda k: env.reset(k)))
@@ -133,9 +182,10 @@ def run(
     batch = batch or (16 if quick else 1024)
     seconds = seconds or (0.2 if quick else 10.0)
     env_batches = (1, 64) if quick else ENV_BATCHES
-    recs = {"env_steps": {}, "rollouts": []}
+    recs = {"env_steps": {}, "mjx_env_steps": {}, "rollouts": []}
     for dt_name in dtypes if env else ():
         recs["env_steps"][dt_name] = env_throughput(jm, dt_name, env_batches, B)
+        recs["mjx_env_steps"][dt_name] = mjx_env_throughput(jnp.dtype(dt_name), env_batches, B)
     for dt_name in dtypes:
         for name, ex in (("stewart", "passive"), ("excavator", "gravity")):
             if name not in examples:
@@ -147,11 +197,13 @@ def run(
             r["dtype"] = dt_name
             recs["rollouts"].append(r)
     rows = []
-    for d, lst in recs["env_steps"].items():
+    for engine, d, lst in [("env step", d, x) for d, x in recs["env_steps"].items()] + [
+        ("MJX env step", d, x) for d, x in recs["mjx_env_steps"].items()
+    ]:
         for r in lst:
             rows.append(
                 [
-                    "env step",
+                    engine,
                     d,
                     r["batch"],
                     r.get("compile_s"),

@@ -13,7 +13,7 @@ SMOKE=(
   "benchmarks/multisim.py --duration 0.05"
   "benchmarks/profile_fd.py --batch 8 --reps 1"
   "benchmarks/reduction.py --quick --configs four_bar --out $OUT/reduction.json"
-  "benchmarks/rollout.py --quick --budget 60 --dtypes float64 --batch 4 --seconds 0.02 --examples stewart --no-env --out $OUT/rollout"
+  "benchmarks/rollout.py --quick --budget 60 --dtypes float64 --batch 4 --seconds 0.02 --examples stewart --out $OUT/rollout"
   "benchmarks/sysid.py --quick --n 256 --iterations 3 --out $OUT/sysid"
   "benchmarks/compare.py --tiny --ops fk,closure,fd,assemble,track,rollout --out $OUT/compare.json"
   "benchmarks/paper_robots.py --small --robots stewart,go2,panda --out $OUT/paper_robots.json"
