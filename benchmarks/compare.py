@@ -199,6 +199,9 @@ class MJX:
     not depend on which closed state it starts from). Other ops have no MJX counterpart."""
 
     name = "mjx"
+    # float64 only: with x64 on (this script's float64 reference tier) MJX promotes float32 data to
+    # float64 internally, so a "float32" MJX row would time mixed precision
+    dtypes = (jnp.dtype(jnp.float64),)
 
     def __init__(self, xml: Path, steps: int):
         import mujoco
@@ -289,19 +292,21 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                 lowered = fns[op].lower(m, *args).compile()
                 compile_s = time.perf_counter() - t0
                 jax.block_until_ready(lowered(m, *args))
-                jt, pt = [], {p.name: [] for p in peers if op in p.ops()}
+                active = [
+                    p for p in peers if op in p.ops() and jnp.dtype(dtype) in getattr(p, "dtypes", (jnp.dtype(dtype),))
+                ]
+                jt, pt = [], {p.name: [] for p in active}
                 peer_compile = {
                     p.name: p.prepare(op, b, dtype)  # batched peers run at the same batch, compiled first
-                    for p in peers
-                    if op in p.ops() and hasattr(p, "prepare")
+                    for p in active
+                    if hasattr(p, "prepare")
                 }
                 for _ in range(reps):
                     s = time.perf_counter()
                     jax.block_until_ready(lowered(m, *args))
                     jt.append((time.perf_counter() - s) / per)
-                    for p in peers:
-                        if op in p.ops():
-                            pt[p.name].append(p.run(op, b if hasattr(p, "prepare") else min(b, peer_states)))
+                    for p in active:
+                        pt[p.name].append(p.run(op, b if hasattr(p, "prepare") else min(b, peer_states)))
                 row = {
                     "mechanism": name,
                     "nv": mech.nv,
