@@ -120,15 +120,20 @@ def long_rollout(jm, name, dtype, batch, seconds, dt, chunk, budget, excite="pas
     if excite == "gravity":
         from jaxmech.reduction import port_jacobian, tangent_map_status
 
+        m64 = common.cast(mech, jnp.float64)
+
         def comp(q):
-            P = port_jacobian(mech, q)
+            P = port_jacobian(m64, q)
             # the status variant: the excavator's redundant rows agree only to ~3e-12 (issue 10), so
             # the plain map raises at some states; a least-squares balance needs no exact lift
-            E = tangent_map_status(mech, q).E
+            E = tangent_map_status(m64, q).E
             # least-squares port efforts balancing gravity on the mobility: E^T P^T f = E^T g
-            return jnp.linalg.lstsq((P @ E).T, E.T @ jm.gravity_torques(mech, q))[0]
+            return jnp.linalg.lstsq((P @ E).T, E.T @ jm.gravity_torques(m64, q))[0]
 
-        U0 = jm.jit(jax.vmap(comp))(Q)
+        # the balance is the controller's job, computed in float64 and handed over as data: the
+        # excavator's 8 x 7 least-squares problem in float32 missed by 100 %, and its rollout then
+        # accelerated away from rest and diverged (the simulation itself held the gap at 5e-7)
+        U0 = jm.jit(jax.vmap(comp))(Q.astype(jnp.float64)).astype(dtype)
     else:
         U0 = jnp.zeros((batch, nu), dtype)
     state = sim.SimState(Q, jnp.zeros((batch, mech.nv), dtype))
@@ -136,7 +141,7 @@ def long_rollout(jm, name, dtype, batch, seconds, dt, chunk, budget, excite="pas
     e0 = jm.jit(jax.vmap(lambda q, v: sim.energy(mech, q, v)))(state.q, state.v)
     ke = jm.jit(jax.vmap(lambda q, v: sim.kinetic_energy(mech, q, v)))
     n_total = int(round(seconds / dt))
-    done, gap, drift, ke_max, t_run, t_compile = 0, 0.0, 0.0, 0.0, 0.0, None
+    done, gap, drift, ke_max, q_max, t_run, t_compile = 0, 0.0, 0.0, 0.0, 0.0, 0.0, None
     while done < n_total:
         if budget.left() <= 0 and done > 0:
             break
@@ -152,6 +157,7 @@ def long_rollout(jm, name, dtype, batch, seconds, dt, chunk, budget, excite="pas
         gap = max(gap, float(jnp.max(info.closure_gap)))
         drift = max(drift, float(jnp.max(jnp.abs(info.energy - e0[:, None]))))
         ke_max = max(ke_max, float(jnp.max(ke(state.q, state.v))))
+        q_max = max(q_max, float(jnp.max(jnp.abs(state.q))))
         if not np.isfinite(gap):
             break
     steps_timed = max(done - chunk, 1)
@@ -163,6 +169,9 @@ def long_rollout(jm, name, dtype, batch, seconds, dt, chunk, budget, excite="pas
         "target_s": seconds,
         "simulated_s": done * dt,
         "peak_closure_gap": gap,
+        # float32 resolves a coordinate of size |q| to eps |q|: the gap cannot be much below that
+        "max_abs_q": q_max,
+        "gap_floor_eps_q": float(jnp.finfo(dtype).eps) * q_max,
         "energy_drift_J": drift if excite == "passive" else None,
         "energy_drift_rel": drift / max(ke_max, 1e-12) if excite == "passive" else None,
         "first_chunk_s (compile+run)": t_compile,
@@ -216,6 +225,7 @@ def run(
                     r.get("env_steps_per_s"),
                     "-",
                     "-",
+                    "-",
                 ]
             )
     for r in recs["rollouts"]:
@@ -230,12 +240,23 @@ def run(
                 r["us_per_state_step"],
                 "-",
                 r["peak_closure_gap"],
+                r["gap_floor_eps_q"],
                 r["energy_drift_rel"] if r["energy_drift_rel"] is not None else "-",
             ]
         )
     common.print_table(
         "rollouts",
-        ["what", "dtype", "batch", "compile [s]", "us/state-step", "env steps/s", "peak gap", "energy drift (rel)"],
+        [
+            "what",
+            "dtype",
+            "batch",
+            "compile [s]",
+            "us/state-step",
+            "env steps/s",
+            "peak gap",
+            "eps max|q|",
+            "energy drift (rel)",
+        ],
         rows,
     )
     payload = {"env": common.env_info(dtypes), **recs}
