@@ -214,8 +214,8 @@ class MJX:
         return {"fd": None, "rollout": None}
 
     def _data(self, n: int, dtype):
-        mx = _cast_floats(mjx.put_model(self.model), dtype)
-        d0 = _cast_floats(mjx.make_data(mx), dtype)
+        mx = common.cast(mjx.put_model(self.model), dtype)
+        d0 = common.cast(mjx.make_data(mx), dtype)
         qv = 0.1 * jax.random.normal(jax.random.PRNGKey(0), (n, self.model.nv), dtype)
         return mx, jax.vmap(lambda v: d0.replace(qvel=v))(qv)
 
@@ -241,12 +241,6 @@ class MJX:
         t0 = time.perf_counter()
         jax.block_until_ready(f(ds))
         return (time.perf_counter() - t0) / per
-
-
-def _cast_floats(tree, dtype):
-    return jax.tree.map(
-        lambda x: x.astype(dtype) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) else x, tree
-    )
 
 
 def make_peers(mech, Q, V, T, A, name: str = "") -> list:

@@ -48,11 +48,8 @@ def mjx_env_throughput(dtype, batches, budget, reps=5):
         return []
     m = mujoco.MjModel.from_xml_path(str(common.CONFIGS / "stewart.xml"))
     m.opt.timestep = 1e-3
-    cast = lambda t: jax.tree.map(  # noqa: E731
-        lambda x: x.astype(dtype) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) else x, t
-    )
-    mx = cast(mjx.put_model(m))
-    d0 = cast(mjx.make_data(mx))
+    mx = common.cast(mjx.put_model(m), dtype)
+    d0 = common.cast(mjx.make_data(mx), dtype)
 
     def env_step(d, a):
         d = d.replace(ctrl=a)
