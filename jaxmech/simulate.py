@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._jit import jit
-from .closure import closure_residual_and_jacobian
+from .closure import closure_residual, closure_residual_and_jacobian
 from .kinpass import forward_kinematics, integrate
 from .mechanism import Mechanism
 
@@ -170,7 +170,6 @@ def project_position(mech: Mechanism, q: jnp.ndarray, iters: int = 3, chord: boo
     (use the default there)."""
     if mech.n_rows == 0:
         return q
-    from .closure import closure_residual
 
     def factor(C):
         G = C @ C.T
