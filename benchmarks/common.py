@@ -30,7 +30,7 @@ from pathlib import Path
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-import jaxmech  # noqa: E402, F401  (sizes the CPU pool before any backend use: jaxmech/_xla.py)
+import jaxmech  # noqa: E402  (sizes the CPU pool before any backend use: jaxmech/_xla.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -108,6 +108,26 @@ def cast(tree, dtype):
     return jax.tree_util.tree_map(f, tree)
 
 
+#: set by :func:`reuse_host_buffers`; recorded by :func:`env_info`
+REUSED = {"host_buffers": False}
+
+
+def add_reuse_flag(ap) -> None:
+    """``--reuse-buffers``: the scripts' switch for :func:`jaxmech.reuse_host_buffers`."""
+    ap.add_argument(
+        "--reuse-buffers",
+        action="store_true",
+        help="keep freed host memory (jm.reuse_host_buffers): large batches stop page-faulting; "
+        "it applies to every peer in the process",
+    )
+
+
+def reuse_host_buffers(enabled: bool) -> bool:
+    """Apply :func:`jaxmech.reuse_host_buffers` when ``enabled``; remember it for :func:`env_info`."""
+    REUSED["host_buffers"] = bool(enabled) and jaxmech.reuse_host_buffers()
+    return REUSED["host_buffers"]
+
+
 def env_info(dtypes=("float64",)) -> dict:
     """What the numbers were measured on."""
     dev = jax.devices()[0]
@@ -134,6 +154,7 @@ def env_info(dtypes=("float64",)) -> dict:
         "machine": platform.machine(),
         "processor": platform.processor() or platform.platform(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "reuse_host_buffers": REUSED["host_buffers"],
         "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }

@@ -355,7 +355,9 @@ def main():
     ap.add_argument("--core", type=int, default=0, help="CPU core to pin the process to")
     ap.add_argument("--no-pin", action="store_true")
     ap.add_argument("--out", default="compare")
+    common.add_reuse_flag(ap)
     args = ap.parse_args()
+    common.reuse_host_buffers(args.reuse_buffers)
     if not args.no_pin and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.core})
     batches = [int(b) for b in args.batches.split(",")]

@@ -283,7 +283,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--budget", type=float, default=None, help="seconds; robots past it are skipped")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this core (like taskset -c N)")
     ap.add_argument("--out", default="paper_robots")
+    common.add_reuse_flag(ap)
     a = ap.parse_args(argv)
+    common.reuse_host_buffers(a.reuse_buffers)
     if a.small:
         a.states, a.batch, a.mpmath = 4, 16, 1
     common.enable_x64()

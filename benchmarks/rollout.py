@@ -271,7 +271,9 @@ def main(argv=None):
     ap.add_argument("--out", default="rollout")
     ap.add_argument("--examples", nargs="*", default=["stewart", "excavator"], help="rollouts to run")
     ap.add_argument("--no-env", action="store_true", help="skip the environment-throughput table")
+    common.add_reuse_flag(ap)
     a = ap.parse_args(argv)
+    common.reuse_host_buffers(a.reuse_buffers)
     run(a.quick, a.budget, tuple(a.dtypes), a.batch, a.seconds, a.out, tuple(a.examples), not a.no_env)
 
 

@@ -12,6 +12,7 @@ _xla.configure()  # before any JAX backend use; see _xla.py (CPU LAPACK deadlock
 
 from . import envs, lie, rank, sysid  # noqa: F401  (jm.envs, jm.sysid as attributes)
 from ._jit import compilation_cache, jit
+from .allocator import reuse_host_buffers
 from .assembly import STATUS_MESSAGES, AssemblyError, AssemblyResult, assemble
 from .closure import (
     check_jacobian,
@@ -77,6 +78,7 @@ from .tracking import TrackResult, track
 __all__ = [
     "jit",
     "compilation_cache",
+    "reuse_host_buffers",
     "Kinematics",
     "kinematics",
     "mass_matrix",

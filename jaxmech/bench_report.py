@@ -22,6 +22,7 @@ def header(report: dict) -> str:
         f"{report['mechanism']}: {e['device_count']} x {e['device_kind']} ({e['platform']}), "
         f"{e['process_count']} process(es), jax {e['jax']}, wall {report['elapsed_s']:.1f} s"
         + (f", matmul precision {mp}" if mp else "")
+        + (", host buffers reused" if e.get("reuse_host_buffers") else "")
     )
 
 

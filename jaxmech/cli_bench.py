@@ -46,6 +46,11 @@ def bench(
         help="jax.default_matmul_precision for the stages: 'default' (JAX's: TF32 for float32 on recent NVIDIA "
         "GPUs), 'highest' (true float32), ...",
     ),
+    reuse_buffers: bool = typer.Option(
+        False,
+        "--reuse-buffers",
+        help="keep freed host memory in the process (jm.reuse_host_buffers): large batches stop page-faulting",
+    ),
     json: str = typer.Option(None, "--json", help="write the report as JSON here"),
     plot: str = typer.Option(None, "--plot", help="write time per state vs batch size as a PNG here"),
     outputs: str = typer.Option(None, "--outputs", help="write the float64 output heads (.npz) here"),
@@ -67,6 +72,10 @@ def bench(
     enable_x64()
     import jax
 
+    from .allocator import reuse_host_buffers
+
+    reused = reuse_host_buffers() if reuse_buffers else False
+
     ndev = None if devices == "all" else _ints(devices, "--devices")[0]
     opts = B.BenchOptions(
         what=_names(what, B.STAGES, "--what"),
@@ -84,6 +93,7 @@ def bench(
         task = prog.add_task("compiling states", total=len(opts.what) * len(opts.precisions) * len(opts.batches))
         try:
             report = B.run(mech, opts, progress=lambda text, n: prog.update(task, advance=n, description=text))
+            report["env"]["reuse_host_buffers"] = reused
         except ValueError as e:
             console.print(f"[red]error:[/] {e}", soft_wrap=True)
             raise typer.Exit(2) from None

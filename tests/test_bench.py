@@ -82,14 +82,17 @@ def test_bad_stage_is_an_error(four_bar):
 
 @pytest.mark.slow
 def test_cli_stewart_budget_60(tmp_path):
-    """The issue's command: `jaxmech bench configs/stewart.toml --budget 60 --json out.json`."""
+    """The issue's command: `jaxmech bench configs/stewart.toml --budget 60 --json out.json`, with
+    host buffers reused (the report says so)."""
     env = dict(os.environ, JAXMECH_CACHE=str(tmp_path / "cache"))
     out = tmp_path / "out.json"
     cmd = [sys.executable, "-m", "jaxmech.cli", "bench", "configs/stewart.toml", "--budget", "60", "--json", str(out)]
+    cmd.append("--reuse-buffers")
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rep = json.loads(out.read_text())
     assert rep["mechanism"] == "stewart" and rep["env"]["device_count"] >= 1 and rep["env"]["device_kind"]
+    assert rep["env"]["reuse_host_buffers"] is True and "host buffers reused" in p.stdout
     done = [r for r in rep["rows"] if not r["skipped"]]
     assert done, rep["skipped"]
     r = done[0]
