@@ -300,3 +300,23 @@ def test_batched_forward_kinematics(chain):
     T = jm.jit(jax.vmap(jm.forward_kinematics, in_axes=(None, 0)))(mech, qs)
     assert T.shape == (64, mech.nb, 4, 4)
     np.testing.assert_allclose(np.asarray(T[5]), np.asarray(chain["fk"](mech, qs[5])), atol=1e-14)
+
+
+def test_specialized_local_poses_equal_the_generic_formula(chain):
+    """Hinges and slides take the short local-pose formula (``kinpass.local_poses``); every body
+    still gets the generic product's pose, here with joint offsets and off-axis placements."""
+    import equinox as eqx
+
+    from jaxmech.kinpass import _generic_local_poses, _pose_classes, local_poses
+
+    mech = chain["mech"]
+    hinge, slide, other, _ = _pose_classes(mech)
+    assert hinge.size >= 2 and slide.size == 1 and other.size >= 4  # the chain has every class
+    offsets = RNG.normal(size=(2, mech.nb))  # th1 / d offsets on every body, used slot or not
+    mech = eqx.tree_at(lambda m: (m.offset_th, m.offset_d), mech, tuple(jnp.asarray(o) for o in offsets))
+    for k in range(3):
+        q = jm.random_configuration(mech, jax.random.PRNGKey(10 + k), scale=2.0)
+        R, p = local_poses(mech, q)
+        R0, p0 = _generic_local_poses(mech, q, np.arange(mech.nb))
+        np.testing.assert_allclose(R, R0, rtol=0, atol=2e-15)
+        np.testing.assert_allclose(p, p0, rtol=0, atol=2e-15)
