@@ -15,6 +15,7 @@ def stewart_env(configs_dir):
     return envs.stewart_pose_env(mech, n_targets=4, horizon=8, substeps=2, dt=2e-3)
 
 
+@pytest.mark.slow  # ~17 s of compiles; the four-bar version runs by default (test_envs_semantics.py)
 def test_reset_step_shapes_and_purity(stewart_env):
     env = stewart_env
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
