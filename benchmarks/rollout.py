@@ -4,9 +4,12 @@
   one env step = ``SUBSTEPS`` simulator steps) at batch 1, 1,024, 8,192 and 65,536:
   ``jit(vmap(env.step))``, next to MJX stepping the same robot (``configs/stewart.xml``) the same
   number of times per env step (when mujoco-mjx is installed).
-* 10 s rollouts at dt = 1 ms of the Stewart platform (passive: no leg forces, no damping) and the
-  excavator (cylinder forces = gravity compensation at the start): peak closure gap over the
-  rollout (target <= 1e-9 m) and, for the passive Stewart, the energy drift
+* 10 s rollouts at dt = 1 ms of the Stewart platform, passive (no leg forces, no damping, no
+  end stops: it falls freely with its legs extending without bound) and with stops (passive, the
+  leg-length and joint limits acting as stiff damped end stops, ``STOP_STIFFNESS``: it drops onto
+  its lower leg limits and stays in the workspace), and of the excavator (cylinder forces =
+  gravity compensation at the start): peak closure gap over the rollout (target <= 1e-10 m in
+  float64, <= 1e-5 m in float32) and, for the passive Stewart, the energy drift
   ``max |E(t) - E(0)|`` relative to the peak kinetic energy. Simulated in chunks of
   ``chunk`` steps (one compiled scan, re-used), so ``--budget`` can stop a rollout early (the JSON
   then records the simulated time reached).
@@ -108,6 +111,10 @@ def env_throughput(jm, dtype, batches, budget, reps=5):
     return out
 
 
+STOP_STIFFNESS, STOP_DAMPING = 1e5, 1e3
+"""End stops of the "stops" rollouts: N/m (N m/rad) and N s/m (N m s/rad) at every joint limit."""
+
+
 def long_rollout(jm, name, dtype, batch, seconds, dt, chunk, budget, excite="passive"):
     from jaxmech import simulate as sim
 
@@ -133,8 +140,13 @@ def long_rollout(jm, name, dtype, batch, seconds, dt, chunk, budget, excite="pas
         U0 = jm.jit(jax.vmap(comp))(Q.astype(jnp.float64)).astype(dtype)
     else:
         U0 = jnp.zeros((batch, nu), dtype)
+    # "stops": passive, but the joint limits act as stiff damped end stops (simulate.limit_force),
+    # so the motion stays in the workspace; "passive" has no stops: the Stewart's legs extend
+    # without bound and the platform falls freely (|q| ~ 300 m after 10 s), where float32 resolves
+    # a coordinate only to eps |q| ~ 4e-5 and no closure gap below that is possible
+    kw = dict(limit_stiffness=STOP_STIFFNESS, limit_damping=STOP_DAMPING) if excite == "stops" else {}
     state = sim.SimState(Q, jnp.zeros((batch, mech.nv), dtype))
-    f = jm.jit(jax.vmap(lambda s, u: sim.rollout(mech, s, u, dt, chunk, with_energy=True)))
+    f = jm.jit(jax.vmap(lambda s, u: sim.rollout(mech, s, u, dt, chunk, with_energy=True, **kw)))
     e0 = jm.jit(jax.vmap(lambda q, v: sim.energy(mech, q, v)))(state.q, state.v)
     ke = jm.jit(jax.vmap(lambda q, v: sim.kinetic_energy(mech, q, v)))
     n_total = int(round(seconds / dt))
@@ -198,7 +210,7 @@ def run(
         recs["env_steps"][dt_name] = env_throughput(jm, dt_name, env_batches, B)
         recs["mjx_env_steps"][dt_name] = mjx_env_throughput(jnp.dtype(dt_name), env_batches, B)
     for dt_name in dtypes:
-        for name, ex in (("stewart", "passive"), ("excavator", "gravity")):
+        for name, ex in (("stewart", "passive"), ("stewart", "stops"), ("excavator", "gravity")):
             if name not in examples:
                 continue
             if B.left() <= 0:
@@ -230,7 +242,7 @@ def run(
             continue
         rows.append(
             [
-                f"{r['example']} {r['simulated_s']:.2f} s",
+                f"{r['example']} ({r['excitation']}) {r['simulated_s']:.2f} s",
                 r["dtype"],
                 r["batch"],
                 r["first_chunk_s (compile+run)"],
