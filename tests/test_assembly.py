@@ -155,7 +155,9 @@ def test_active_set_statuses_and_throw(four_bar):
 def test_track_four_bar_1000_steps(four_bar):
     n = 1000
     th = np.linspace(0.0, 4 * np.pi, n)
-    res = jm.jit(lambda q0, path: jm.track(four_bar, q0, path))(four_bar.q0, jnp.asarray(th)[:, None])
+    # an eager call: one compiled program per topology and path length (jaxmech._entry), the one
+    # test_reduction.py's velocity-lift check also runs (same length), from the persistent cache
+    res = jm.track(four_bar, four_bar.q0, jnp.asarray(th)[:, None])
     assert np.all(np.asarray(res.status) == A.CONVERGED)
     assert np.asarray(res.residual).max() <= 1e-10
     # continuous motion stays on the branch of the first (homotopy-acquired) configuration

@@ -287,7 +287,9 @@ def test_velocity_lift_matches_track_finite_differences(configs_dir):
     q0 = _assembled(mech, BATCH)[0]
     th0 = float(q0[mech.q_slice("crank")][0])
     h = 1e-4
-    path = jnp.array([[th0], [th0 + h], [th0 + 2 * h]])
+    # steps of h from th0; 1,000 of them, the length of test_assembly.py's four-bar tracking
+    # test, so both run one compiled tracking program (the second loads it from the cache)
+    path = th0 + h * jnp.arange(1000.0)[:, None]
     out = track(mech, q0, path)
     qs = out.q
     v_fd = np.asarray(jm.difference(mech, qs[0], qs[2])) / (2 * h)
