@@ -108,6 +108,12 @@ def _pose_classes(mech: Mechanism):
     return st
 
 
+def _placements(mech: Mechanism, b: np.ndarray):
+    """Joint placements of bodies ``b``: parent-side rotation (n, 3, 3) and translation (n, 3),
+    then the child-side inverse's rotation and translation (``X_parent``, ``X_child_inv``)."""
+    return mech.X_parent[b, :3, :3], mech.X_parent[b, :3, 3], mech.X_child_inv[b, :3, :3], mech.X_child_inv[b, :3, 3]
+
+
 def _generic_local_poses(mech: Mechanism, q: jnp.ndarray, b: np.ndarray):
     """Parent-to-child rotations (n, 3, 3) and translations (n, 3) of bodies ``b``: the generic
     formula ``X_parent G(pos, quat) Rot(axis1, th1) Rot(axis2, th2) Trans(axis_t d) X_child_inv``."""
@@ -115,8 +121,7 @@ def _generic_local_poses(mech: Mechanism, q: jnp.ndarray, b: np.ndarray):
     R1, R2 = rot_unit_axis(mech.axis1[b], th1), rot_unit_axis(mech.axis2[b], th2)
     Rm = mm3(lie.quat_to_matrix(quat), mm3(R1, R2))
     pm = pos + mv3(Rm, mech.axis_t[b] * d[:, None])
-    Rp, pp = mech.X_parent[b, :3, :3], mech.X_parent[b, :3, 3]
-    Rc, pc = mech.X_child_inv[b, :3, :3], mech.X_child_inv[b, :3, 3]
+    Rp, pp, Rc, pc = _placements(mech, b)
     RpRm = mm3(Rp, Rm)
     return mm3(RpRm, Rc), mv3(RpRm, pc) + mv3(Rp, pm) + pp
 
@@ -137,8 +142,7 @@ def local_poses(mech: Mechanism, q: jnp.ndarray):
     Rs, ps = [], []
     if hinge.size:
         b = hinge
-        Rp, pp = mech.X_parent[b, :3, :3], mech.X_parent[b, :3, 3]
-        Rc, pc = mech.X_child_inv[b, :3, :3], mech.X_child_inv[b, :3, 3]
+        Rp, pp, Rc, pc = _placements(mech, b)
         ah = lie.hat(mech.axis1[b])
         u = pc + mech.axis_t[b] * (qe[mech.topo.q_index[b, 9]] - mech.offset_d[b])[:, None]  # d: a constant here
         Rpa = mm3(Rp, ah)
@@ -149,8 +153,7 @@ def local_poses(mech: Mechanism, q: jnp.ndarray):
         ps.append(mv3(Rp, u) + pp + s * mv3(Rpa, u) + c1 * mv3(Rpa2, u))
     if slide.size:
         b = slide
-        Rp, pp = mech.X_parent[b, :3, :3], mech.X_parent[b, :3, 3]
-        Rc, pc = mech.X_child_inv[b, :3, :3], mech.X_child_inv[b, :3, 3]
+        Rp, pp, Rc, pc = _placements(mech, b)
         d = qe[mech.topo.q_index[b, 9]] - mech.offset_d[b]
         A = mm3(Rp, rot_unit_axis(mech.axis1[b], qe[mech.topo.q_index[b, 7]] - mech.offset_th[b]))  # a constant
         Rs.append(mm3(A, Rc))
