@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import warnings
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -131,6 +133,7 @@ def _move_spec(sp: dict, T) -> dict:
 
 
 def _emit_joint(body, sp: dict, model: str, lower, upper) -> None:
+    """The ``<joint>`` of spec ``sp`` in ``body``; ``lower`` / ``upper`` (nq,) give its range."""
     attrs = dict(name=sp["name"], type=sp["type"], pos=_s(sp["pos"]))
     if sp["type"] != "ball":
         attrs.update(axis=_s(sp["axis"]), ref=f"{sp['ref']:.17g}")
@@ -138,7 +141,8 @@ def _emit_joint(body, sp: dict, model: str, lower, upper) -> None:
         if np.isfinite(lower[qi]) and np.isfinite(upper[qi]):
             attrs["range"] = _s([lower[qi], upper[qi]])
         elif np.isfinite(lower[qi]) or np.isfinite(upper[qi]):
-            warnings.warn(f"{model}: joint '{sp['name']}': one-sided limit not exported", stacklevel=3)
+            # stacklevel 4: the caller of export_mjcf (via _emit_tree)
+            warnings.warn(f"{model}: joint '{sp['name']}': one-sided limit not exported", stacklevel=4)
     attrs.update(armature=f"{sp['arm']:.17g}", damping=f"{sp['damp']:.17g}")
     ET.SubElement(body, "joint", **attrs)
 
@@ -155,6 +159,56 @@ def _length_equality(eq, tendon, nm, s1, s2, length, Tw, a, b, A, B) -> None:
     ET.SubElement(eq, "tendon", name=nm, tendon1=nm, polycoef=_s([length - L0, 0, 0, 0, 0]))
 
 
+@dataclass
+class _Doc:
+    """The MJCF under construction: the element of each body index (``-1`` the worldbody, ``None``
+    for a body merged into its child), the ``<equality>``, ``<tendon>`` and ``<actuator>``
+    sections, and the MuJoCo joint name of each velocity / coordinate index it wrote (hinge and
+    slide joints only)."""
+
+    elems: dict[int, ET.Element | None]
+    eq: ET.Element
+    tendon: ET.Element
+    act: ET.Element
+    v_joint: dict[int, str] = field(default_factory=dict)
+    q_joint: dict[int, str] = field(default_factory=dict)
+
+    def site(self, body: int, nm: str, T: np.ndarray) -> None:
+        """A site ``nm`` on ``body`` (index, ``-1`` world) at pose ``T`` (4, 4) in the body's frame."""
+        ET.SubElement(self.elems[int(body)], "site", name=nm, pos=_s(T[:3, 3]), quat=_s(_quat(T[:3, :3])))
+
+
+class _TreeData(NamedTuple):
+    """NumPy copies of the mechanism arrays the body tree is written from (at ``q_ref``)."""
+
+    X: np.ndarray  # (nb, 4, 4) each body's pose in its parent's frame
+    Xp: np.ndarray  # (nb, 4, 4) joint frame in the parent
+    Xci: np.ndarray  # (nb, 4, 4) inverse of the joint frame in the child
+    ax1: np.ndarray  # (nb, 3) first rotation axis
+    ax2: np.ndarray  # (nb, 3) second rotation axis (universal)
+    axt: np.ndarray  # (nb, 3) translation axis
+    lower: np.ndarray  # (nq,) lower limits
+    upper: np.ndarray  # (nq,) upper limits
+    arm: np.ndarray  # (nv,) armature
+    damp: np.ndarray  # (nv,) damping
+    mass: np.ndarray  # (nb,) kg
+    com: np.ndarray  # (nb, 3) m, in the body frame
+    inertia: np.ndarray  # (nb, 3, 3) kg m^2, about the COM
+
+
+class _Cut(NamedTuple):
+    """One loop closure: its name, the bodies ``a`` / ``b`` (index, ``-1`` world) carrying its two
+    frames, the frames' poses ``A`` / ``B`` (4, 4) in those bodies, and ``value`` (the length in m
+    of a distance closure, the cosine ``x_A . y_B`` of a universal one)."""
+
+    name: str
+    a: int
+    b: int
+    A: np.ndarray
+    B: np.ndarray
+    value: float
+
+
 def export_mjcf(
     mech, path=None, q=None, revolute_span: float = 0.1, revolute_cut: str = "two_connects", comment: str | None = None
 ) -> str:
@@ -167,19 +221,10 @@ def export_mjcf(
     parallel, e.g. a four-bar). ``comment``: text put at the top of the file."""
     if revolute_cut not in ("two_connects", "connect"):
         raise ValueError(f"revolute_cut must be 'two_connects' or 'connect', got {revolute_cut!r}")
-    from ..kinpass import local_transforms
-
     t = mech.topo
-    nb = len(t.body_names)
     qr = np.array(mech.q0 if q is None else q, dtype=float).reshape(t.nq)
     for idx in t.sph_q:
         qr[idx] = [1.0, 0, 0, 0]
-    X = np.array(local_transforms(mech, qr))
-    Xp, Xci = np.array(mech.X_parent), np.array(mech.X_child_inv)
-    ax1, ax2, axt = np.array(mech.axis1), np.array(mech.axis2), np.array(mech.axis_t)
-    lower, upper = np.array(mech.lower), np.array(mech.upper)
-    arm, damp = np.array(mech.armature), np.array(mech.damping)
-    mass, com, inertia = np.array(mech.mass), np.array(mech.com), np.array(mech.inertia)
 
     root = ET.Element("mujoco", model=t.name)
     if comment:
@@ -187,140 +232,13 @@ def export_mjcf(
     ET.SubElement(root, "compiler", angle="radian", autolimits="true")
     ET.SubElement(root, "option", gravity=_s(mech.gravity))
     world = ET.SubElement(root, "worldbody")
-    elems: dict[int, ET.Element] = {-1: world}
-    v_joint: dict[int, str] = {}  # velocity index -> MuJoCo joint name
-    q_joint: dict[int, str] = {}
-    merged = _merged_into_child(mech)
-    pending: dict[int, tuple] = {}  # merged body -> (pose in its host parent's frame, joint specs in its frame)
-    for i in range(nb):
-        name, jt, jn = t.body_names[i], t.joint_types[i], t.joint_names[i]
-        par = int(t.parent[i])
-        Xi, specs = X[i], []
-        if par in pending:  # the parent is massless: its joints move into this body, before ours
-            Xp_acc, pspecs = pending[par]
-            Xi = Xp_acc @ X[i]
-            specs = [_move_spec(sp, X[i]) for sp in pspecs]
-            while par in pending:
-                par = int(t.parent[par])
-        specs += _joint_specs(mech, i, qr, ax1, ax2, axt, Xci, arm, damp)
-        if i in merged:
-            pending[i] = (Xi, specs)
-            continue
-        b = ET.SubElement(elems[par], "body", name=name, pos=_s(Xi[:3, 3]), quat=_s(_quat(Xi[:3, :3])))
-        elems[i] = b
-        if mass[i] > 0:
-            I = inertia[i]
-            ET.SubElement(
-                b,
-                "inertial",
-                pos=_s(com[i]),
-                mass=f"{mass[i]:.17g}",
-                fullinertia=_s([I[0, 0], I[1, 1], I[2, 2], I[0, 1], I[0, 2], I[1, 2]]),
-            )
-        if jt == "free":
-            if t.parent[i] != -1 or not (np.allclose(Xp[i], np.eye(4)) and np.allclose(Xci[i], np.eye(4))):
-                raise ModelError(
-                    f"{t.name}: joint '{jn}': MuJoCo free joints must join the world to a root body "
-                    "with identity joint frames"
-                )
-            ET.SubElement(b, "freejoint", name=jn)
-        for sp in specs:
-            _emit_joint(b, sp, t.name, lower, upper)
-            if sp["type"] != "ball":
-                v_joint[sp["v"]] = sp["name"]
-                q_joint[sp["q"]] = sp["name"]
-    for k in merged:
-        elems[k] = None  # nothing attaches to a merged body (checked by _merged_into_child)
-    # ------------------------------------------------------------------ frames -> sites
-    fpose = np.array(mech.frame_pose)
-    for k, f in enumerate(t.frame_names):
-        T = fpose[k]
-        ET.SubElement(elems[int(t.frame_body[k])], "site", name=f, pos=_s(T[:3, 3]), quat=_s(_quat(T[:3, :3])))
-    # ------------------------------------------------------------------ closures
-    eq = ET.Element("equality")
-    tendon = ET.Element("tendon")
-    Ta, Tb, lengths = np.array(mech.cut_pose_a), np.array(mech.cut_pose_b), np.array(mech.cut_length)
-    axes_of = {}
-    for gr in t.groups:
-        for nm in gr.names:
-            axes_of[nm] = gr.rows
-
-    def site(body, nm, T):
-        ET.SubElement(elems[int(body)], "site", name=nm, pos=_s(T[:3, 3]), quat=_s(_quat(T[:3, :3])))
-
-    from ..kinpass import forward_kinematics
-
-    Tw = np.array(forward_kinematics(mech, qr))
-    for li, (nm, typ) in enumerate(zip(t.loop_names, t.loop_types, strict=True)):
-        a, b = t.loop_bodies[li]
-        A, B = Ta[li], Tb[li]
-        rows = tuple(int(r) for r in axes_of.get(nm, ()))
-        kind = "point" if (typ == "revolute" and revolute_cut == "connect") else typ
-        if typ == "pose":
-            kind = "weld" if rows == (0, 1, 2, 3, 4, 5) else "point" if rows == (3, 4, 5) else None
-        if kind in ("point", "weld", "universal"):
-            site(a, f"{nm}__a", A)
-            site(b, f"{nm}__b", B)
-            ET.SubElement(eq, "weld" if kind == "weld" else "connect", name=nm, site1=f"{nm}__a", site2=f"{nm}__b")
-            if kind == "universal":  # twist row x_A . y_B = c: |(p_A + s x_A) - (p_B + s y_B)| = s sqrt(2 - 2c)
-                ex, ey = np.eye(4), np.eye(4)
-                ex[0, 3] = ey[1, 3] = revolute_span
-                site(a, f"{nm}__ax", A @ ex)
-                site(b, f"{nm}__by", B @ ey)
-                target = revolute_span * np.sqrt(max(2.0 - 2.0 * float(lengths[li]), 0.0))
-                _length_equality(eq, tendon, f"{nm}__twist", f"{nm}__ax", f"{nm}__by", target, Tw, a, b, A @ ex, B @ ey)
-        elif kind == "revolute":
-            off = np.eye(4)
-            off[2, 3] = revolute_span
-            for k, (TA, TB) in enumerate(((A, B), (A @ off, B @ off))):
-                site(a, f"{nm}__a{k}", TA)
-                site(b, f"{nm}__b{k}", TB)
-                ET.SubElement(eq, "connect", name=f"{nm}__{k}", site1=f"{nm}__a{k}", site2=f"{nm}__b{k}")
-        elif kind == "distance":
-            site(a, f"{nm}__a", A)
-            site(b, f"{nm}__b", B)
-            _length_equality(eq, tendon, nm, f"{nm}__a", f"{nm}__b", float(lengths[li]), Tw, a, b, A, B)
-        else:
-            warnings.warn(f"{t.name}: {typ} closure '{nm}' has no MuJoCo equality; not exported", stacklevel=2)
-    cq, co = np.array(mech.coupling_q), np.array(mech.coupling_offset)
-    for k, nm in enumerate(t.coupling_names):
-        idx = np.nonzero(cq[k])[0]
-        if len(idx) not in (1, 2) or any(i not in q_joint for i in idx):
-            warnings.warn(f"{t.name}: coupling '{nm}' (over {len(idx)} coordinates) not exported", stacklevel=2)
-            continue
-        # joint1 = the coordinate with coefficient +1 if any (a mimic's slave), else the first
-        ones = [i for i in idx if cq[k, i] == 1.0]
-        ia = ones[0] if ones else idx[0]
-        idx = [ia] + [i for i in idx if i != ia]
-        ca = cq[k, ia]
-        if len(idx) == 1:
-            ET.SubElement(eq, "joint", name=nm, joint1=q_joint[ia], polycoef=_s([-co[k] / ca - qr[ia], 0, 0, 0, 0]))
-        else:
-            ib = idx[1]
-            c1 = -cq[k, ib] / ca
-            c0 = -co[k] / ca - qr[ia] + c1 * qr[ib]
-            ET.SubElement(eq, "joint", name=nm, joint1=q_joint[ia], joint2=q_joint[ib], polycoef=_s([c0, c1, 0, 0, 0]))
-    # ------------------------------------------------------------------ actuators
-    act = ET.Element("actuator")
-    driven = set()
-    for k, pn in enumerate(t.port_names):
-        gear = float(np.array(mech.port_gear)[k])
-        if t.port_types[k] == "joint":
-            vi = int(t.port_v[k])
-            if vi in v_joint:
-                ET.SubElement(act, "motor", name=pn, joint=v_joint[vi], gear=f"{gear:.17g}")
-                driven.add(vi)
-        else:
-            fa, fb = (int(x) for x in t.port_frames[k])
-            tn = f"{pn}__tendon"
-            sp = ET.SubElement(tendon, "spatial", name=tn)
-            ET.SubElement(sp, "site", site=t.frame_names[fa])
-            ET.SubElement(sp, "site", site=t.frame_names[fb])
-            ET.SubElement(act, "motor", name=pn, tendon=tn, gear=f"{gear:.17g}")
-    for vi in np.asarray(t.actuated_v, dtype=int) if not t.port_names else ():
-        if int(vi) in v_joint and int(vi) not in driven:
-            ET.SubElement(act, "motor", name=f"{v_joint[int(vi)]}__motor", joint=v_joint[int(vi)])
-    for el in (tendon, eq, act):
+    doc = _Doc({-1: world}, ET.Element("equality"), ET.Element("tendon"), ET.Element("actuator"))
+    _emit_tree(mech, qr, doc)
+    _emit_frames(mech, doc)
+    _emit_closures(mech, qr, doc, revolute_span, revolute_cut)
+    _emit_couplings(mech, qr, doc)
+    _emit_actuators(mech, doc)
+    for el in (doc.tendon, doc.eq, doc.act):
         if len(el):
             root.append(el)
     ET.indent(root)
@@ -328,3 +246,211 @@ def export_mjcf(
     if path is not None:
         Path(path).write_text(text)
     return text
+
+
+def _tree_data(mech, qr: np.ndarray) -> _TreeData:
+    """The arrays of :class:`_TreeData`, with the local transforms evaluated at ``qr`` (nq,)."""
+    from ..kinpass import local_transforms
+
+    X = np.array(local_transforms(mech, qr))
+    Xp, Xci = np.array(mech.X_parent), np.array(mech.X_child_inv)
+    ax1, ax2, axt = np.array(mech.axis1), np.array(mech.axis2), np.array(mech.axis_t)
+    lower, upper = np.array(mech.lower), np.array(mech.upper)
+    arm, damp = np.array(mech.armature), np.array(mech.damping)
+    mass, com, inertia = np.array(mech.mass), np.array(mech.com), np.array(mech.inertia)
+    return _TreeData(X, Xp, Xci, ax1, ax2, axt, lower, upper, arm, damp, mass, com, inertia)
+
+
+def _emit_tree(mech, qr: np.ndarray, doc: _Doc) -> None:
+    """Write the spanning tree into the worldbody (``doc.elems[-1]``): one ``<body>`` per body in
+    index order (bodies of :func:`_merged_into_child` hand their joints on to their child), its
+    inertial and its joints; fill ``doc.elems``, ``doc.v_joint`` and ``doc.q_joint``."""
+    t = mech.topo
+    d = _tree_data(mech, qr)
+    merged = _merged_into_child(mech)
+    pending: dict[int, tuple] = {}  # merged body -> (pose in its host parent's frame, joint specs in its frame)
+    for i in range(len(t.body_names)):
+        par, Xi, specs = _host_placement(t, i, d.X, pending)
+        specs += _joint_specs(mech, i, qr, d.ax1, d.ax2, d.axt, d.Xci, d.arm, d.damp)
+        if i in merged:
+            pending[i] = (Xi, specs)
+            continue
+        b = _emit_body(mech, d, doc.elems[par], i, Xi)
+        doc.elems[i] = b
+        for sp in specs:
+            _emit_joint(b, sp, t.name, d.lower, d.upper)
+            if sp["type"] != "ball":
+                doc.v_joint[sp["v"]] = sp["name"]
+                doc.q_joint[sp["q"]] = sp["name"]
+    for k in merged:
+        doc.elems[k] = None  # nothing attaches to a merged body (checked by _merged_into_child)
+
+
+def _host_placement(t, i: int, X: np.ndarray, pending: dict[int, tuple]) -> tuple[int, np.ndarray, list[dict]]:
+    """Where body ``i`` goes in the MJCF tree: ``(host, Xi, specs)`` with ``host`` the nearest
+    ancestor not merged away (``-1`` world), ``Xi`` (4, 4) the body's pose in the host's frame and
+    ``specs`` the joint specs inherited from a merged parent (``pending``), moved into the body's
+    frame (they go before the body's own joints)."""
+    par = int(t.parent[i])
+    Xi, specs = X[i], []
+    if par in pending:  # the parent is massless: its joints move into this body, before ours
+        Xp_acc, pspecs = pending[par]
+        Xi = Xp_acc @ X[i]
+        specs = [_move_spec(sp, X[i]) for sp in pspecs]
+        while par in pending:
+            par = int(t.parent[par])
+    return par, Xi, specs
+
+
+def _emit_body(mech, d: _TreeData, parent: ET.Element, i: int, Xi: np.ndarray) -> ET.Element:
+    """The ``<body>`` of body ``i`` under ``parent`` at pose ``Xi`` (4, 4), with its ``<inertial>``
+    (if it has mass) and its ``<freejoint>`` (for a free joint, which must join the world to a
+    root body with identity joint frames)."""
+    t = mech.topo
+    name, jt, jn = t.body_names[i], t.joint_types[i], t.joint_names[i]
+    b = ET.SubElement(parent, "body", name=name, pos=_s(Xi[:3, 3]), quat=_s(_quat(Xi[:3, :3])))
+    if d.mass[i] > 0:
+        I = d.inertia[i]
+        ET.SubElement(
+            b,
+            "inertial",
+            pos=_s(d.com[i]),
+            mass=f"{d.mass[i]:.17g}",
+            fullinertia=_s([I[0, 0], I[1, 1], I[2, 2], I[0, 1], I[0, 2], I[1, 2]]),
+        )
+    if jt == "free":
+        if t.parent[i] != -1 or not (np.allclose(d.Xp[i], np.eye(4)) and np.allclose(d.Xci[i], np.eye(4))):
+            raise ModelError(
+                f"{t.name}: joint '{jn}': MuJoCo free joints must join the world to a root body "
+                "with identity joint frames"
+            )
+        ET.SubElement(b, "freejoint", name=jn)
+    return b
+
+
+def _emit_frames(mech, doc: _Doc) -> None:
+    """Each named frame as a site on its body (pose from ``mech.frame_pose``, (nframes, 4, 4))."""
+    t = mech.topo
+    fpose = np.array(mech.frame_pose)
+    for k, f in enumerate(t.frame_names):
+        doc.site(int(t.frame_body[k]), f, fpose[k])
+
+
+def _closure_kind(typ: str, rows: tuple[int, ...], revolute_cut: str) -> str | None:
+    """How a closure of type ``typ`` is written: ``point`` / ``weld`` / ``universal`` /
+    ``revolute`` / ``distance``, or ``None`` (or another type) when it is not exported. ``rows``:
+    the constrained axes of a ``pose`` closure (0-2 rotations, 3-5 translations)."""
+    kind = "point" if (typ == "revolute" and revolute_cut == "connect") else typ
+    if typ == "pose":
+        kind = "weld" if rows == (0, 1, 2, 3, 4, 5) else "point" if rows == (3, 4, 5) else None
+    return kind
+
+
+def _emit_closures(mech, qr: np.ndarray, doc: _Doc, revolute_span: float, revolute_cut: str) -> None:
+    """The loop closures as equalities (see the module doc's table), in loop order; the sites at
+    their frames go onto the bodies, the tendons of distance / universal closures into
+    ``doc.tendon``. Lengths are held relative to the bodies' poses at ``qr`` (MuJoCo's qpos0)."""
+    from ..kinpass import forward_kinematics
+
+    t = mech.topo
+    Ta, Tb, lengths = np.array(mech.cut_pose_a), np.array(mech.cut_pose_b), np.array(mech.cut_length)
+    axes_of = {}
+    for gr in t.groups:
+        for nm in gr.names:
+            axes_of[nm] = gr.rows
+    Tw = np.array(forward_kinematics(mech, qr))
+    for li, (nm, typ) in enumerate(zip(t.loop_names, t.loop_types, strict=True)):
+        a, b = t.loop_bodies[li]
+        cut = _Cut(nm, a, b, Ta[li], Tb[li], float(lengths[li]))
+        kind = _closure_kind(typ, tuple(int(r) for r in axes_of.get(nm, ())), revolute_cut)
+        if kind in ("point", "weld", "universal"):
+            _emit_site_equality(doc, cut, kind, Tw, revolute_span)
+        elif kind == "revolute":
+            _emit_revolute_cut(doc, cut, revolute_span)
+        elif kind == "distance":
+            doc.site(a, f"{nm}__a", cut.A)
+            doc.site(b, f"{nm}__b", cut.B)
+            _length_equality(doc.eq, doc.tendon, nm, f"{nm}__a", f"{nm}__b", cut.value, Tw, a, b, cut.A, cut.B)
+        else:
+            warnings.warn(f"{t.name}: {typ} closure '{nm}' has no MuJoCo equality; not exported", stacklevel=3)
+
+
+def _emit_site_equality(doc: _Doc, cut: _Cut, kind: str, Tw: np.ndarray, revolute_span: float) -> None:
+    """A ``point`` (connect), ``weld`` or ``universal`` closure between sites ``<loop>__a`` /
+    ``<loop>__b``. A universal one adds the twist row ``x_A . y_B = c`` as a tendon equality
+    between points ``revolute_span`` (m) along A's x and B's y axes. ``Tw`` (nb, 4, 4): body poses
+    in the world at the reference configuration."""
+    nm, a, b, A, B = cut.name, cut.a, cut.b, cut.A, cut.B
+    doc.site(a, f"{nm}__a", A)
+    doc.site(b, f"{nm}__b", B)
+    ET.SubElement(doc.eq, "weld" if kind == "weld" else "connect", name=nm, site1=f"{nm}__a", site2=f"{nm}__b")
+    if kind == "universal":  # twist row x_A . y_B = c: |(p_A + s x_A) - (p_B + s y_B)| = s sqrt(2 - 2c)
+        ex, ey = np.eye(4), np.eye(4)
+        ex[0, 3] = ey[1, 3] = revolute_span
+        doc.site(a, f"{nm}__ax", A @ ex)
+        doc.site(b, f"{nm}__by", B @ ey)
+        target = revolute_span * np.sqrt(max(2.0 - 2.0 * cut.value, 0.0))
+        _length_equality(doc.eq, doc.tendon, f"{nm}__twist", f"{nm}__ax", f"{nm}__by", target, Tw, a, b, A @ ex, B @ ey)
+
+
+def _emit_revolute_cut(doc: _Doc, cut: _Cut, revolute_span: float) -> None:
+    """A revolute cut as two connects: at the frame origins (sites ``<loop>__a0`` / ``__b0``) and
+    at the points ``revolute_span`` (m) along their z axes (``__a1`` / ``__b1``)."""
+    nm = cut.name
+    off = np.eye(4)
+    off[2, 3] = revolute_span
+    for k, (TA, TB) in enumerate(((cut.A, cut.B), (cut.A @ off, cut.B @ off))):
+        doc.site(cut.a, f"{nm}__a{k}", TA)
+        doc.site(cut.b, f"{nm}__b{k}", TB)
+        ET.SubElement(doc.eq, "connect", name=f"{nm}__{k}", site1=f"{nm}__a{k}", site2=f"{nm}__b{k}")
+
+
+def _emit_couplings(mech, qr: np.ndarray, doc: _Doc) -> None:
+    """Each coupling over one or two exported hinge / slide coordinates as a joint equality
+    (``polycoef`` from the linear relation, relative to MuJoCo's ``ref = qr``); others are skipped
+    with a warning."""
+    t = mech.topo
+    cq, co = np.array(mech.coupling_q), np.array(mech.coupling_offset)
+    for k, nm in enumerate(t.coupling_names):
+        idx = np.nonzero(cq[k])[0]
+        if len(idx) not in (1, 2) or any(i not in doc.q_joint for i in idx):
+            warnings.warn(f"{t.name}: coupling '{nm}' (over {len(idx)} coordinates) not exported", stacklevel=3)
+            continue
+        # joint1 = the coordinate with coefficient +1 if any (a mimic's slave), else the first
+        ones = [i for i in idx if cq[k, i] == 1.0]
+        ia = ones[0] if ones else idx[0]
+        idx = [ia] + [i for i in idx if i != ia]
+        ca = cq[k, ia]
+        j1 = doc.q_joint[ia]
+        if len(idx) == 1:
+            ET.SubElement(doc.eq, "joint", name=nm, joint1=j1, polycoef=_s([-co[k] / ca - qr[ia], 0, 0, 0, 0]))
+        else:
+            ib = idx[1]
+            c1 = -cq[k, ib] / ca
+            c0 = -co[k] / ca - qr[ia] + c1 * qr[ib]
+            ET.SubElement(doc.eq, "joint", name=nm, joint1=j1, joint2=doc.q_joint[ib], polycoef=_s([c0, c1, 0, 0, 0]))
+
+
+def _emit_actuators(mech, doc: _Doc) -> None:
+    """The actuators: with ports, a ``motor`` per joint port (its gear) and a two-site spatial
+    tendon with a tendon ``motor`` per distance port; without, a ``motor`` (gear 1) per actuated
+    exported coordinate."""
+    t = mech.topo
+    driven = set()
+    for k, pn in enumerate(t.port_names):
+        gear = float(np.array(mech.port_gear)[k])
+        if t.port_types[k] == "joint":
+            vi = int(t.port_v[k])
+            if vi in doc.v_joint:
+                ET.SubElement(doc.act, "motor", name=pn, joint=doc.v_joint[vi], gear=f"{gear:.17g}")
+                driven.add(vi)
+        else:
+            fa, fb = (int(x) for x in t.port_frames[k])
+            tn = f"{pn}__tendon"
+            sp = ET.SubElement(doc.tendon, "spatial", name=tn)
+            ET.SubElement(sp, "site", site=t.frame_names[fa])
+            ET.SubElement(sp, "site", site=t.frame_names[fb])
+            ET.SubElement(doc.act, "motor", name=pn, tendon=tn, gear=f"{gear:.17g}")
+    for vi in np.asarray(t.actuated_v, dtype=int) if not t.port_names else ():
+        if int(vi) in doc.v_joint and int(vi) not in driven:
+            ET.SubElement(doc.act, "motor", name=f"{doc.v_joint[int(vi)]}__motor", joint=doc.v_joint[int(vi)])

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -104,18 +105,51 @@ def read_mjcf(path) -> Graph:
     return graph_from_mjmodel(m, source=str(path))
 
 
+class _Ctx(NamedTuple):
+    """Shared state while reading a compiled model: the ``MjModel``, the :class:`Graph` being
+    built, the load source (for messages), body / joint / site names by MuJoCo id (body 0 is
+    ``world``) and ``qpos0`` (nq,)."""
+
+    m: Any
+    g: Graph
+    source: str | None
+    bnames: list[str]
+    jnames: list[str]
+    snames: list[str]
+    qpos0: np.ndarray
+
+
 def graph_from_mjmodel(m, source: str | None = None, name: str | None = None) -> Graph:
     """Build a :class:`Graph` from a compiled ``mujoco.MjModel`` (see the module doc)."""
-    import mujoco
-
-    O = mujoco.mjtObj
     g = Graph(name=name or (Path(source).stem if source else "mjcf"), source=source)
     g.gravity = np.array(m.opt.gravity, dtype=float)
-    # ------------------------------------------------------------- actuators (need them first)
+    actuated, ports = _read_actuators(m, source)  # needed first: joints carry their actuation
+    cx = _context(m, g, source)
+    for b in range(1, m.nbody):
+        _add_body(cx, b, actuated)
+    for s in range(m.nsite):
+        g.add_frame(cx.bnames[m.site_bodyid[s]], cx.snames[s], pose(m.site_pos[s], quat=m.site_quat[s]))
+    for aname, kind, obj, gear in ports:
+        if kind == "joint":
+            g.add_port(aname, "joint", cx.jnames[obj], 0, gear=gear)
+        else:
+            g.add_port(aname, "distance", frame_a=cx.snames[obj[0]], frame_b=cx.snames[obj[1]], gear=gear)
+    for e in range(m.neq):
+        _add_equality(cx, e)
+    return g
+
+
+def _read_actuators(m, source: str | None) -> tuple[dict[int, float], list[tuple]]:
+    """The actuators that become ports: ``(actuated, ports)`` with ``actuated`` the gear of each
+    actuated hinge / slide joint by joint id, and ``ports`` ``(name, "joint", joint id, gear)`` or
+    ``(name, "distance", (site id, site id), gear)`` in actuator order; others are skipped with a
+    warning."""
+    import mujoco
+
     actuated: dict[int, float] = {}
     ports: list[tuple] = []
     for a in range(m.nu):
-        aname = _name(m, O.mjOBJ_ACTUATOR, a, f"actuator{a}")
+        aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a, f"actuator{a}")
         trn, tid = int(m.actuator_trntype[a]), int(m.actuator_trnid[a, 0])
         gear = float(m.actuator_gear[a, 0])
         if trn in (mujoco.mjtTrn.mjTRN_JOINT, mujoco.mjtTrn.mjTRN_JOINTINPARENT):
@@ -123,7 +157,7 @@ def graph_from_mjmodel(m, source: str | None = None, name: str | None = None) ->
                 actuated[tid] = gear
                 ports.append((aname, "joint", tid, gear))
             else:
-                warnings.warn(f"{source}: actuator '{aname}' drives a ball/free joint: not a port", stacklevel=2)
+                warnings.warn(f"{source}: actuator '{aname}' drives a ball/free joint: not a port", stacklevel=3)
         elif trn == mujoco.mjtTrn.mjTRN_TENDON:
             adr, num = int(m.tendon_adr[tid]), int(m.tendon_num[tid])
             types = [int(m.wrap_type[adr + k]) for k in range(num)]
@@ -132,118 +166,151 @@ def graph_from_mjmodel(m, source: str | None = None, name: str | None = None) ->
                 ports.append((aname, "distance", (s1, s2), gear))
             else:
                 warnings.warn(
-                    f"{source}: actuator '{aname}': only two-site tendons become ports; skipped", stacklevel=2
+                    f"{source}: actuator '{aname}': only two-site tendons become ports; skipped", stacklevel=3
                 )
         else:
             warnings.warn(
-                f"{source}: actuator '{aname}' (transmission type {trn}) is not a simple port; skipped", stacklevel=2
+                f"{source}: actuator '{aname}' (transmission type {trn}) is not a simple port; skipped", stacklevel=3
             )
-    # ------------------------------------------------------------- bodies and joints
+    return actuated, ports
+
+
+def _context(m, g: Graph, source: str | None) -> _Ctx:
+    """The names of bodies (unique, else :class:`ModelError`), joints and sites, and ``qpos0``."""
+    import mujoco
+
+    O = mujoco.mjtObj
     bnames = ["world"] + [_name(m, O.mjOBJ_BODY, b, f"body{b}") for b in range(1, m.nbody)]
     if len(set(bnames)) != len(bnames):
         raise ModelError(f"{source}: duplicate body names")
     jnames = [_name(m, O.mjOBJ_JOINT, j, f"{bnames[m.jnt_bodyid[j]]}_joint{j}") for j in range(m.njnt)]
-    qpos0 = np.array(m.qpos0, dtype=float)
-    for b in range(1, m.nbody):
-        bn = bnames[b]
-        R = pose(quat=m.body_iquat[b])[:3, :3]
-        mass = float(m.body_mass[b])
-        inertia = R @ np.diag(m.body_inertia[b]) @ R.T
-        g.add_body(bn, mass, m.body_ipos[b], inertia if mass > 0 or np.any(m.body_inertia[b]) else None)
-        parent = bnames[m.body_parentid[b]]
-        B = pose(m.body_pos[b], quat=m.body_quat[b])
-        jids = list(range(m.body_jntadr[b], m.body_jntadr[b] + m.body_jntnum[b]))
-        if not jids:
-            g.add_joint(f"{bn}__weld", "fixed", parent, bn, parent_pose=B)
-            continue
-        prev, Pprev = parent, B
-        for k, j in enumerate(jids):
-            jt = _JNT[int(m.jnt_type[j])]
-            el = f"joint '{jnames[j]}'"
-            child = bn if k == len(jids) - 1 else f"{bn}__{jnames[j]}"
-            if child != bn:
-                g.add_body(child)
-            qa = int(m.jnt_qposadr[j])
-            if jt == "free":
-                if parent != WORLD or k > 0:
-                    raise g.error(el, f"a free joint must be the only joint of a top-level body (body '{bn}')")
-                g.add_joint(jnames[j], "free", WORLD, child, q0=qpos0[qa : qa + 7])
-            else:
-                p = np.array(m.jnt_pos[j], dtype=float)
-                lo = hi = None
-                if jt in ("revolute", "prismatic") and m.jnt_limited[j]:
-                    lo, hi = float(m.jnt_range[j, 0]), float(m.jnt_range[j, 1])
-                da = int(m.jnt_dofadr[j])
-                n = 1 if jt != "spherical" else 4
-                g.add_joint(
-                    jnames[j],
-                    jt,
-                    prev,
-                    child,
-                    parent_pose=Pprev @ pose(p),
-                    child_pose=pose(p),
-                    axis=m.jnt_axis[j],
-                    lower=lo,
-                    upper=hi,
-                    offset=float(qpos0[qa]) if n == 1 else 0.0,
-                    actuated=j in actuated,
-                    q0=qpos0[qa : qa + n],
-                    armature=float(m.dof_armature[da]),
-                    damping=float(m.dof_damping[da]),
-                )
-            prev, Pprev = child, np.eye(4)
-    # ------------------------------------------------------------- sites -> frames
     snames = [_name(m, O.mjOBJ_SITE, s, f"site{s}") for s in range(m.nsite)]
-    for s in range(m.nsite):
-        g.add_frame(bnames[m.site_bodyid[s]], snames[s], pose(m.site_pos[s], quat=m.site_quat[s]))
-    for aname, kind, obj, gear in ports:
-        if kind == "joint":
-            g.add_port(aname, "joint", jnames[obj], 0, gear=gear)
-        else:
-            g.add_port(aname, "distance", frame_a=snames[obj[0]], frame_b=snames[obj[1]], gear=gear)
-    # ------------------------------------------------------------- equalities
-    for e in range(m.neq):
-        ename = _name(m, O.mjOBJ_EQUALITY, e, f"equality{e}")
-        el = f"equality '{ename}'"
-        if not m.eq_active0[e]:
-            warnings.warn(f"{source}: {el} is inactive at load (eq_active0 = 0); skipped", stacklevel=2)
-            continue
-        et, o1, o2 = int(m.eq_type[e]), int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
-        data = np.array(m.eq_data[e], dtype=float)
-        site = int(m.eq_objtype[e]) == int(O.mjOBJ_SITE)
-        if et in (mujoco.mjtEq.mjEQ_CONNECT, mujoco.mjtEq.mjEQ_WELD):
-            kind = "point" if et == mujoco.mjtEq.mjEQ_CONNECT else "weld"
-            if site:
-                g.add_constraint(ename, kind, snames[o1], snames[o2])
-            elif kind == "point":
-                # data[0:3]: anchor in body1; data[3:6]: the same point in body2 at qpos0 (mj_setConst)
-                g.add_constraint(ename, "point", bnames[o1], bnames[o2], pose(data[0:3]), pose(data[3:6]))
-            else:
-                # data[0:3]: anchor in body2; data[3:6], data[6:10]: relative pose of the weld frame in body1
-                g.add_constraint(
-                    ename, "weld", bnames[o1], bnames[o2], pose(data[3:6], quat=data[6:10]), pose(data[0:3])
+    return _Ctx(m, g, source, bnames, jnames, snames, np.array(m.qpos0, dtype=float))
+
+
+def _add_body(cx: _Ctx, b: int, actuated: dict[int, float]) -> None:
+    """Body ``b`` (mass, COM, inertia rotated into the body frame) and the joints that attach it to
+    its parent: a ``<body>__weld`` fixed joint when it has none, else its joints composed in order
+    through massless bodies ``<body>__<joint>``. ``actuated``: joint id -> gear."""
+    m, g = cx.m, cx.g
+    bn = cx.bnames[b]
+    R = pose(quat=m.body_iquat[b])[:3, :3]
+    mass = float(m.body_mass[b])
+    inertia = R @ np.diag(m.body_inertia[b]) @ R.T
+    g.add_body(bn, mass, m.body_ipos[b], inertia if mass > 0 or np.any(m.body_inertia[b]) else None)
+    parent = cx.bnames[m.body_parentid[b]]
+    B = pose(m.body_pos[b], quat=m.body_quat[b])
+    jids = list(range(m.body_jntadr[b], m.body_jntadr[b] + m.body_jntnum[b]))
+    if not jids:
+        g.add_joint(f"{bn}__weld", "fixed", parent, bn, parent_pose=B)
+        return
+    prev, Pprev = parent, B
+    for k, j in enumerate(jids):
+        child = bn if k == len(jids) - 1 else f"{bn}__{cx.jnames[j]}"
+        if child != bn:
+            g.add_body(child)
+        if _JNT[int(m.jnt_type[j])] == "free":
+            if parent != WORLD or k > 0:
+                raise g.error(
+                    f"joint '{cx.jnames[j]}'", f"a free joint must be the only joint of a top-level body (body '{bn}')"
                 )
-        elif et == mujoco.mjtEq.mjEQ_JOINT:
-            c = data[0:5]
-            if np.any(np.abs(c[2:]) > 0):
-                raise g.error(el, f"only linear joint equalities are supported, polycoef = {c.tolist()}")
-            j1 = jnames[o1]
-            r1 = float(qpos0[m.jnt_qposadr[o1]])
-            if o2 < 0:  # q1 - ref1 = c0
-                g.add_coupling(ename, {j1: 1.0}, -r1 - c[0])
-            else:  # q1 - ref1 = c0 + c1 (q2 - ref2)
-                r2 = float(qpos0[m.jnt_qposadr[o2]])
-                g.add_coupling(
-                    ename, {j1: 1.0, jnames[o2]: -c[1]} if o2 != o1 else {j1: 1.0 - c[1]}, -r1 - c[0] + c[1] * r2
-                )
-        elif et == mujoco.mjtEq.mjEQ_TENDON and o2 < 0 and not np.any(np.abs(data[1:5]) > 0):
-            # L - L(qpos0) = c0 on a two-site spatial tendon -> distance constraint (export_mjcf writes these)
-            adr, num = int(m.tendon_adr[o1]), int(m.tendon_num[o1])
-            if num != 2 or any(int(m.wrap_type[adr + k]) != mujoco.mjtWrap.mjWRAP_SITE for k in range(2)):
-                raise g.error(el, "only tendon equalities on a two-site spatial tendon are supported")
-            s1, s2 = int(m.wrap_objid[adr]), int(m.wrap_objid[adr + 1])
-            length = float(m.tendon_length0[o1]) + float(data[0])
-            g.add_constraint(ename, "distance", snames[s1], snames[s2], length=length)
+            qa = int(m.jnt_qposadr[j])
+            g.add_joint(cx.jnames[j], "free", WORLD, child, q0=cx.qpos0[qa : qa + 7])
         else:
-            warnings.warn(f"{source}: {el}: equality type {et} (tendon/flex) is not supported; skipped", stacklevel=2)
-    return g
+            _add_moving_joint(cx, j, prev, child, Pprev, j in actuated)
+        prev, Pprev = child, np.eye(4)
+
+
+def _add_moving_joint(cx: _Ctx, j: int, prev: str, child: str, Pprev: np.ndarray, actuated: bool) -> None:
+    """Hinge / slide / ball joint ``j`` from body ``prev`` to ``child``; ``Pprev`` (4, 4): the pose
+    of ``child``'s body frame in ``prev`` before the joint (the body pose for the first joint of a
+    body, identity after). Limits only for limited hinges / slides; ``ref`` becomes the offset."""
+    m = cx.m
+    jt = _JNT[int(m.jnt_type[j])]
+    qa = int(m.jnt_qposadr[j])
+    p = np.array(m.jnt_pos[j], dtype=float)
+    lo = hi = None
+    if jt in ("revolute", "prismatic") and m.jnt_limited[j]:
+        lo, hi = float(m.jnt_range[j, 0]), float(m.jnt_range[j, 1])
+    da = int(m.jnt_dofadr[j])
+    n = 1 if jt != "spherical" else 4
+    cx.g.add_joint(
+        cx.jnames[j],
+        jt,
+        prev,
+        child,
+        parent_pose=Pprev @ pose(p),
+        child_pose=pose(p),
+        axis=m.jnt_axis[j],
+        lower=lo,
+        upper=hi,
+        offset=float(cx.qpos0[qa]) if n == 1 else 0.0,
+        actuated=actuated,
+        q0=cx.qpos0[qa : qa + n],
+        armature=float(m.dof_armature[da]),
+        damping=float(m.dof_damping[da]),
+    )
+
+
+def _add_equality(cx: _Ctx, e: int) -> None:
+    """Equality ``e`` if active at load: connect -> point, weld -> weld (anchors from ``eq_data``,
+    as ``mj_setConst`` computed them at ``qpos0``), joint -> coupling, linear two-site tendon
+    equality -> distance; other types are skipped with a warning."""
+    import mujoco
+
+    m, g, snames, bnames = cx.m, cx.g, cx.snames, cx.bnames
+    ename = _name(m, mujoco.mjtObj.mjOBJ_EQUALITY, e, f"equality{e}")
+    el = f"equality '{ename}'"
+    if not m.eq_active0[e]:
+        warnings.warn(f"{cx.source}: {el} is inactive at load (eq_active0 = 0); skipped", stacklevel=3)
+        return
+    et, o1, o2 = int(m.eq_type[e]), int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
+    data = np.array(m.eq_data[e], dtype=float)
+    site = int(m.eq_objtype[e]) == int(mujoco.mjtObj.mjOBJ_SITE)
+    if et in (mujoco.mjtEq.mjEQ_CONNECT, mujoco.mjtEq.mjEQ_WELD):
+        kind = "point" if et == mujoco.mjtEq.mjEQ_CONNECT else "weld"
+        if site:
+            g.add_constraint(ename, kind, snames[o1], snames[o2])
+        elif kind == "point":
+            # data[0:3]: anchor in body1; data[3:6]: the same point in body2 at qpos0 (mj_setConst)
+            g.add_constraint(ename, "point", bnames[o1], bnames[o2], pose(data[0:3]), pose(data[3:6]))
+        else:
+            # data[0:3]: anchor in body2; data[3:6], data[6:10]: relative pose of the weld frame in body1
+            g.add_constraint(ename, "weld", bnames[o1], bnames[o2], pose(data[3:6], quat=data[6:10]), pose(data[0:3]))
+    elif et == mujoco.mjtEq.mjEQ_JOINT:
+        _add_joint_equality(cx, ename, o1, o2, data[0:5])
+    elif et == mujoco.mjtEq.mjEQ_TENDON and o2 < 0 and not np.any(np.abs(data[1:5]) > 0):
+        _add_tendon_equality(cx, ename, o1, float(data[0]))
+    else:
+        warnings.warn(f"{cx.source}: {el}: equality type {et} (tendon/flex) is not supported; skipped", stacklevel=3)
+
+
+def _add_joint_equality(cx: _Ctx, ename: str, o1: int, o2: int, c: np.ndarray) -> None:
+    """Joint equality ``ename`` between joints ``o1`` and ``o2`` (``-1``: none), ``polycoef`` ``c``
+    (5,), as a coupling; the offset folds in the joints' ``ref`` (``qpos0``). Only linear ones."""
+    if np.any(np.abs(c[2:]) > 0):
+        raise cx.g.error(f"equality '{ename}'", f"only linear joint equalities are supported, polycoef = {c.tolist()}")
+    m = cx.m
+    j1 = cx.jnames[o1]
+    r1 = float(cx.qpos0[m.jnt_qposadr[o1]])
+    if o2 < 0:  # q1 - ref1 = c0
+        cx.g.add_coupling(ename, {j1: 1.0}, -r1 - c[0])
+    else:  # q1 - ref1 = c0 + c1 (q2 - ref2)
+        r2 = float(cx.qpos0[m.jnt_qposadr[o2]])
+        cx.g.add_coupling(
+            ename, {j1: 1.0, cx.jnames[o2]: -c[1]} if o2 != o1 else {j1: 1.0 - c[1]}, -r1 - c[0] + c[1] * r2
+        )
+
+
+def _add_tendon_equality(cx: _Ctx, ename: str, tendon: int, c0: float) -> None:
+    """``L - L(qpos0) = c0`` (m) on a two-site spatial tendon -> distance constraint between the
+    sites' frames of length ``L(qpos0) + c0`` (export_mjcf writes these)."""
+    import mujoco
+
+    m = cx.m
+    adr, num = int(m.tendon_adr[tendon]), int(m.tendon_num[tendon])
+    if num != 2 or any(int(m.wrap_type[adr + k]) != mujoco.mjtWrap.mjWRAP_SITE for k in range(2)):
+        raise cx.g.error(f"equality '{ename}'", "only tendon equalities on a two-site spatial tendon are supported")
+    s1, s2 = int(m.wrap_objid[adr]), int(m.wrap_objid[adr + 1])
+    length = float(m.tendon_length0[tendon]) + c0
+    cx.g.add_constraint(ename, "distance", cx.snames[s1], cx.snames[s2], length=length)
