@@ -15,6 +15,7 @@ SMOKE=(
   "benchmarks/reduction.py --quick --configs four_bar --out $OUT/reduction.json"
   "benchmarks/rollout.py --quick --budget 60 --dtypes float64 --batch 4 --seconds 0.02 --examples stewart --out $OUT/rollout"
   "benchmarks/sysid.py --quick --n 256 --iterations 3 --out $OUT/sysid"
+  "benchmarks/sysid_measured.py --quick --n-stewart 0 --out $OUT/sysid_measured"
   "benchmarks/compare.py --tiny --ops fk,closure,fd,assemble,track,rollout --out $OUT/compare.json"
   "benchmarks/paper_robots.py --small --robots stewart,go2,panda --out $OUT/paper_robots.json"
   "benchmarks/run_all.py --budget 40 --what closure,fd --batch 1,8 --precision f64"

@@ -9,11 +9,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pinocchio as pin
 import pytest
 
 import jaxmech as jm
 from jaxmech import sysid, sysid_data, sysid_model
+from jaxmech.io.pinocchio import pinocchio_tree_efforts
 
 BODIES = ("crank", "coupler", "rocker")
 EPS = 1e-2  # Coulomb smoothing (tanh(v / EPS)) used by both the data and the model
@@ -32,15 +32,10 @@ def motion(fb):
 
 def pin_tau(truth, motion, viscous=0.0, coulomb=0.0, armature=0.0):
     """Generalized forces (N, nv) by Pinocchio's rnea on ``truth``, plus crank friction terms."""
-    model, _ = jm.to_pinocchio(truth, unsupported="skip")  # the loop is ours; rnea is the tree's
-    data = model.createData()
-    out = []
-    for q, v, a in zip(np.asarray(motion.q), np.asarray(motion.v), np.asarray(motion.a), strict=True):
-        t = pin.rnea(model, data, jm.q_to_pinocchio(truth, q), jm.v_to_pinocchio(truth, v), jm.v_to_pinocchio(truth, a))
-        t = np.asarray(jm.v_from_pinocchio(truth, t))
-        t[0] += viscous * v[0] + coulomb * np.tanh(v[0] / EPS) + armature * a[0]
-        out.append(t)
-    return np.stack(out)
+    t = pinocchio_tree_efforts(truth, motion.q, motion.v, motion.a)  # the loop is ours; rnea is the tree's
+    v, a = np.asarray(motion.v), np.asarray(motion.a)
+    t[:, 0] += viscous * v[:, 0] + coulomb * np.tanh(v[:, 0] / EPS) + armature * a[:, 0]
+    return t
 
 
 def with_masses(mech, s):

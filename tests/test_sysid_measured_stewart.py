@@ -8,11 +8,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pinocchio as pin
 import pytest
 
 import jaxmech as jm
 from jaxmech import sysid, sysid_model
+from jaxmech.io.pinocchio import pinocchio_tree_efforts
 
 pytestmark = pytest.mark.slow
 
@@ -32,13 +32,7 @@ def _legs(mech):
 
 
 def pin_tau(truth, motion):
-    model, _ = jm.to_pinocchio(truth, unsupported="skip")
-    data = model.createData()
-    out = []
-    for q, v, a in zip(np.asarray(motion.q), np.asarray(motion.v), np.asarray(motion.a), strict=True):
-        t = pin.rnea(model, data, jm.q_to_pinocchio(truth, q), jm.v_to_pinocchio(truth, v), jm.v_to_pinocchio(truth, a))
-        out.append(np.asarray(jm.v_from_pinocchio(truth, t)))
-    return np.stack(out)
+    return pinocchio_tree_efforts(truth, motion.q, motion.v, motion.a)
 
 
 def _truth(mech, kind, bodies):

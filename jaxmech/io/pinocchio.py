@@ -182,3 +182,22 @@ def to_pinocchio(mech: Mechanism, unsupported: str = "raise"):
             "pass unsupported='skip'"
         )
     return model, constraints
+
+
+def pinocchio_tree_efforts(mech: Mechanism, q, v, a) -> np.ndarray:
+    """Generalized forces ``tau`` (N, nv) of ``mech``'s spanning tree by Pinocchio's ``rnea``, one
+    state at a time, in our coordinates. ``q`` (N, nq), ``v`` and ``a`` (N, nv); SI units (N, N m).
+
+    The loop cuts are left out, so ``tau`` lacks the constraint forces ``C^T lambda`` that a closed
+    mechanism's measured efforts contain. The port lift of
+    :func:`jaxmech.sysid.Dataset.from_measurements` removes that term, so ``tau`` serves as
+    measured data for system identification that jaxmech's own dynamics did not make."""
+    import pinocchio as pin
+
+    model, _ = to_pinocchio(mech, unsupported="skip")
+    data = model.createData()
+    qp = np.asarray(q_to_pinocchio(mech, np.asarray(q)), float)
+    vp = np.asarray(v_to_pinocchio(mech, np.asarray(v)), float)
+    ap = np.asarray(v_to_pinocchio(mech, np.asarray(a)), float)
+    tau = np.stack([pin.rnea(model, data, qi, vi, ai) for qi, vi, ai in zip(qp, vp, ap, strict=True)])
+    return np.asarray(v_from_pinocchio(mech, tau))
