@@ -122,3 +122,25 @@ def test_paper_robot_round_trip(robot, tmp_path):
         assert float(res.residual) <= 1e-12, (robot, res.message())
     out, _ = _check_round_trip(mech, q, tmp_path)
     _check_reimport(mech, q, out)
+
+
+@pytest.mark.parametrize("name", ["four_bar", "stewart"])
+def test_mjcf_loaded_closures_round_trip(name, tmp_path):
+    """A model loaded from MJCF keeps its closures' sites (``<loop>__a`` / ``__b``) as named
+    frames; export used to write them again for the closures, and MuJoCo rejected the repeated
+    site names. Every exported name is unique per kind, the frames keep their names, and the
+    round trip keeps the mass, nq, nv and the closure rows (q0 of these files is closed)."""
+    mech = jm.load(CONFIGS / f"{name}.xml")
+    assert mech.n_rows and {f"{n}__a" for n in mech.topo.loop_names} <= set(mech.frame_names)
+    q = np.asarray(mech.q0)
+    assert np.max(np.abs(np.asarray(_res(mech, q)))) <= 1e-10
+    out, m = _check_round_trip(mech, q, tmp_path)
+    for obj, n in [("SITE", m.nsite), ("TENDON", m.ntendon), ("EQUALITY", m.neq), ("ACTUATOR", m.nu)]:
+        names = [mujoco.mj_id2name(m, getattr(mujoco.mjtObj, f"mjOBJ_{obj}"), k) for k in range(n)]
+        assert len(set(names)) == len(names), (obj, names)
+    for f in mech.frame_names:  # the named frames are still the sites of the same names
+        assert mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, f) >= 0, f
+    back = _check_reimport(mech, q, out)
+    assert back.n_rows == mech.n_rows
+    assert back.topo.loop_types == mech.topo.loop_types
+    assert np.max(np.abs(np.asarray(_res(back, back.q0)))) <= 1e-10  # MuJoCo's qpos0 is closed

@@ -35,6 +35,12 @@ prismatic
 coupling       joint equality (one or two joints; ``polycoef`` from the linear relation)
 =============  ================================================================================
 
+Names: MuJoCo wants the names of each kind (joint, site, tendon, equality, actuator) unique. The
+named frames' sites are written first, under their own names; a generated name (closure sites,
+tendons, equalities, actuators, the ``__1`` / ``__2`` joints) already taken by an element of the
+same kind gets the first free suffix ``_1``, ``_2``, ... (a model loaded from MJCF keeps its
+closures' sites, e.g. ``<loop>__a``, as named frames). Names that do not collide are unchanged.
+
 Actuators: when the mechanism has ports, they are its actuators: a ``motor`` per joint port (its
 gear) and a spatial tendon between the two frames with a tendon ``motor`` per distance port
 (a hydraulic cylinder). Without ports, a ``motor`` (gear 1) per actuated coordinate.
@@ -147,24 +153,27 @@ def _emit_joint(body, sp: dict, model: str, lower, upper) -> None:
     ET.SubElement(body, "joint", **attrs)
 
 
-def _length_equality(eq, tendon, nm, s1, s2, length, Tw, a, b, A, B) -> None:
-    """A two-site spatial tendon ``nm`` and a tendon equality holding its length at ``length`` (m)
-    (MuJoCo's form ``L - L(qpos0) = c0``; ``A`` / ``B`` the sites' poses on bodies ``a`` / ``b``)."""
-    sp = ET.SubElement(tendon, "spatial", name=nm)
+def _length_equality(doc: _Doc, nm, s1, s2, length, Tw, a, b, A, B) -> None:
+    """A two-site spatial tendon ``nm`` and a tendon equality ``nm`` holding its length at
+    ``length`` (m) (MuJoCo's form ``L - L(qpos0) = c0``; ``A`` / ``B`` the poses of sites ``s1`` /
+    ``s2`` on bodies ``a`` / ``b``)."""
+    tn = doc.unique("tendon", nm)
+    sp = ET.SubElement(doc.tendon, "spatial", name=tn)
     ET.SubElement(sp, "site", site=s1)
     ET.SubElement(sp, "site", site=s2)
     pa = (Tw[a] if a >= 0 else np.eye(4)) @ A
     pb = (Tw[b] if b >= 0 else np.eye(4)) @ B
     L0 = np.linalg.norm(pb[:3, 3] - pa[:3, 3])
-    ET.SubElement(eq, "tendon", name=nm, tendon1=nm, polycoef=_s([length - L0, 0, 0, 0, 0]))
+    ET.SubElement(doc.eq, "tendon", name=doc.unique("equality", nm), tendon1=tn, polycoef=_s([length - L0, 0, 0, 0, 0]))
 
 
 @dataclass
 class _Doc:
     """The MJCF under construction: the element of each body index (``-1`` the worldbody, ``None``
     for a body merged into its child), the ``<equality>``, ``<tendon>`` and ``<actuator>``
-    sections, and the MuJoCo joint name of each velocity / coordinate index it wrote (hinge and
-    slide joints only)."""
+    sections, the MuJoCo joint name of each velocity / coordinate index it wrote (hinge and
+    slide joints only), the site name of each named frame and the names used so far, by kind
+    (``joint``, ``site``, ``tendon``, ``equality``, ``actuator``)."""
 
     elems: dict[int, ET.Element | None]
     eq: ET.Element
@@ -172,10 +181,26 @@ class _Doc:
     act: ET.Element
     v_joint: dict[int, str] = field(default_factory=dict)
     q_joint: dict[int, str] = field(default_factory=dict)
+    frame_site: dict[int, str] = field(default_factory=dict)
+    used: dict[str, set[str]] = field(default_factory=dict)
 
-    def site(self, body: int, nm: str, T: np.ndarray) -> None:
-        """A site ``nm`` on ``body`` (index, ``-1`` world) at pose ``T`` (4, 4) in the body's frame."""
+    def unique(self, kind: str, nm: str) -> str:
+        """``nm``, or ``nm_<k>`` with the smallest ``k >= 1`` that is free, if a ``kind`` element of
+        that name was already written (MuJoCo wants names unique per kind); the name is taken."""
+        used = self.used.setdefault(kind, set())
+        out, k = nm, 0
+        while out in used:
+            k += 1
+            out = f"{nm}_{k}"
+        used.add(out)
+        return out
+
+    def site(self, body: int, nm: str, T: np.ndarray) -> str:
+        """A site named ``nm`` (made unique) on ``body`` (index, ``-1`` world) at pose ``T`` (4, 4) in
+        the body's frame; returns its name."""
+        nm = self.unique("site", nm)
         ET.SubElement(self.elems[int(body)], "site", name=nm, pos=_s(T[:3, 3]), quat=_s(_quat(T[:3, :3])))
+        return nm
 
 
 class _TreeData(NamedTuple):
@@ -275,9 +300,10 @@ def _emit_tree(mech, qr: np.ndarray, doc: _Doc) -> None:
         if i in merged:
             pending[i] = (Xi, specs)
             continue
-        b = _emit_body(mech, d, doc.elems[par], i, Xi)
+        b = _emit_body(mech, d, doc, par, i, Xi)
         doc.elems[i] = b
         for sp in specs:
+            sp = {**sp, "name": doc.unique("joint", sp["name"])}
             _emit_joint(b, sp, t.name, d.lower, d.upper)
             if sp["type"] != "ball":
                 doc.v_joint[sp["v"]] = sp["name"]
@@ -302,13 +328,14 @@ def _host_placement(t, i: int, X: np.ndarray, pending: dict[int, tuple]) -> tupl
     return par, Xi, specs
 
 
-def _emit_body(mech, d: _TreeData, parent: ET.Element, i: int, Xi: np.ndarray) -> ET.Element:
-    """The ``<body>`` of body ``i`` under ``parent`` at pose ``Xi`` (4, 4), with its ``<inertial>``
+def _emit_body(mech, d: _TreeData, doc: _Doc, parent: int, i: int, Xi: np.ndarray) -> ET.Element:
+    """The ``<body>`` of body ``i`` under body ``parent`` (index, ``-1`` world) at pose ``Xi`` (4, 4)
+    in ``parent``'s frame, with its ``<inertial>``
     (if it has mass) and its ``<freejoint>`` (for a free joint, which must join the world to a
     root body with identity joint frames)."""
     t = mech.topo
     name, jt, jn = t.body_names[i], t.joint_types[i], t.joint_names[i]
-    b = ET.SubElement(parent, "body", name=name, pos=_s(Xi[:3, 3]), quat=_s(_quat(Xi[:3, :3])))
+    b = ET.SubElement(doc.elems[parent], "body", name=name, pos=_s(Xi[:3, 3]), quat=_s(_quat(Xi[:3, :3])))
     if d.mass[i] > 0:
         I = d.inertia[i]
         ET.SubElement(
@@ -324,16 +351,18 @@ def _emit_body(mech, d: _TreeData, parent: ET.Element, i: int, Xi: np.ndarray) -
                 f"{t.name}: joint '{jn}': MuJoCo free joints must join the world to a root body "
                 "with identity joint frames"
             )
-        ET.SubElement(b, "freejoint", name=jn)
+        ET.SubElement(b, "freejoint", name=doc.unique("joint", jn))
     return b
 
 
 def _emit_frames(mech, doc: _Doc) -> None:
-    """Each named frame as a site on its body (pose from ``mech.frame_pose``, (nframes, 4, 4))."""
+    """Each named frame as a site on its body (pose from ``mech.frame_pose``, (nframes, 4, 4)); its
+    name goes into ``doc.frame_site``. Written before any generated site, so the frames keep their
+    names."""
     t = mech.topo
     fpose = np.array(mech.frame_pose)
     for k, f in enumerate(t.frame_names):
-        doc.site(int(t.frame_body[k]), f, fpose[k])
+        doc.frame_site[k] = doc.site(int(t.frame_body[k]), f, fpose[k])
 
 
 def _closure_kind(typ: str, rows: tuple[int, ...], revolute_cut: str) -> str | None:
@@ -368,9 +397,8 @@ def _emit_closures(mech, qr: np.ndarray, doc: _Doc, revolute_span: float, revolu
         elif kind == "revolute":
             _emit_revolute_cut(doc, cut, revolute_span)
         elif kind == "distance":
-            doc.site(a, f"{nm}__a", cut.A)
-            doc.site(b, f"{nm}__b", cut.B)
-            _length_equality(doc.eq, doc.tendon, nm, f"{nm}__a", f"{nm}__b", cut.value, Tw, a, b, cut.A, cut.B)
+            sa, sb = doc.site(a, f"{nm}__a", cut.A), doc.site(b, f"{nm}__b", cut.B)
+            _length_equality(doc, nm, sa, sb, cut.value, Tw, a, b, cut.A, cut.B)
         else:
             warnings.warn(f"{t.name}: {typ} closure '{nm}' has no MuJoCo equality; not exported", stacklevel=3)
 
@@ -381,16 +409,14 @@ def _emit_site_equality(doc: _Doc, cut: _Cut, kind: str, Tw: np.ndarray, revolut
     between points ``revolute_span`` (m) along A's x and B's y axes. ``Tw`` (nb, 4, 4): body poses
     in the world at the reference configuration."""
     nm, a, b, A, B = cut.name, cut.a, cut.b, cut.A, cut.B
-    doc.site(a, f"{nm}__a", A)
-    doc.site(b, f"{nm}__b", B)
-    ET.SubElement(doc.eq, "weld" if kind == "weld" else "connect", name=nm, site1=f"{nm}__a", site2=f"{nm}__b")
+    sa, sb = doc.site(a, f"{nm}__a", A), doc.site(b, f"{nm}__b", B)
+    ET.SubElement(doc.eq, "weld" if kind == "weld" else "connect", name=doc.unique("equality", nm), site1=sa, site2=sb)
     if kind == "universal":  # twist row x_A . y_B = c: |(p_A + s x_A) - (p_B + s y_B)| = s sqrt(2 - 2c)
         ex, ey = np.eye(4), np.eye(4)
         ex[0, 3] = ey[1, 3] = revolute_span
-        doc.site(a, f"{nm}__ax", A @ ex)
-        doc.site(b, f"{nm}__by", B @ ey)
+        sx, sy = doc.site(a, f"{nm}__ax", A @ ex), doc.site(b, f"{nm}__by", B @ ey)
         target = revolute_span * np.sqrt(max(2.0 - 2.0 * cut.value, 0.0))
-        _length_equality(doc.eq, doc.tendon, f"{nm}__twist", f"{nm}__ax", f"{nm}__by", target, Tw, a, b, A @ ex, B @ ey)
+        _length_equality(doc, f"{nm}__twist", sx, sy, target, Tw, a, b, A @ ex, B @ ey)
 
 
 def _emit_revolute_cut(doc: _Doc, cut: _Cut, revolute_span: float) -> None:
@@ -400,9 +426,8 @@ def _emit_revolute_cut(doc: _Doc, cut: _Cut, revolute_span: float) -> None:
     off = np.eye(4)
     off[2, 3] = revolute_span
     for k, (TA, TB) in enumerate(((cut.A, cut.B), (cut.A @ off, cut.B @ off))):
-        doc.site(cut.a, f"{nm}__a{k}", TA)
-        doc.site(cut.b, f"{nm}__b{k}", TB)
-        ET.SubElement(doc.eq, "connect", name=f"{nm}__{k}", site1=f"{nm}__a{k}", site2=f"{nm}__b{k}")
+        sa, sb = doc.site(cut.a, f"{nm}__a{k}", TA), doc.site(cut.b, f"{nm}__b{k}", TB)
+        ET.SubElement(doc.eq, "connect", name=doc.unique("equality", f"{nm}__{k}"), site1=sa, site2=sb)
 
 
 def _emit_couplings(mech, qr: np.ndarray, doc: _Doc) -> None:
@@ -423,12 +448,25 @@ def _emit_couplings(mech, qr: np.ndarray, doc: _Doc) -> None:
         ca = cq[k, ia]
         j1 = doc.q_joint[ia]
         if len(idx) == 1:
-            ET.SubElement(doc.eq, "joint", name=nm, joint1=j1, polycoef=_s([-co[k] / ca - qr[ia], 0, 0, 0, 0]))
+            ET.SubElement(
+                doc.eq,
+                "joint",
+                name=doc.unique("equality", nm),
+                joint1=j1,
+                polycoef=_s([-co[k] / ca - qr[ia], 0, 0, 0, 0]),
+            )
         else:
             ib = idx[1]
             c1 = -cq[k, ib] / ca
             c0 = -co[k] / ca - qr[ia] + c1 * qr[ib]
-            ET.SubElement(doc.eq, "joint", name=nm, joint1=j1, joint2=doc.q_joint[ib], polycoef=_s([c0, c1, 0, 0, 0]))
+            ET.SubElement(
+                doc.eq,
+                "joint",
+                name=doc.unique("equality", nm),
+                joint1=j1,
+                joint2=doc.q_joint[ib],
+                polycoef=_s([c0, c1, 0, 0, 0]),
+            )
 
 
 def _emit_actuators(mech, doc: _Doc) -> None:
@@ -442,15 +480,18 @@ def _emit_actuators(mech, doc: _Doc) -> None:
         if t.port_types[k] == "joint":
             vi = int(t.port_v[k])
             if vi in doc.v_joint:
-                ET.SubElement(doc.act, "motor", name=pn, joint=doc.v_joint[vi], gear=f"{gear:.17g}")
+                ET.SubElement(
+                    doc.act, "motor", name=doc.unique("actuator", pn), joint=doc.v_joint[vi], gear=f"{gear:.17g}"
+                )
                 driven.add(vi)
         else:
             fa, fb = (int(x) for x in t.port_frames[k])
-            tn = f"{pn}__tendon"
+            tn = doc.unique("tendon", f"{pn}__tendon")
             sp = ET.SubElement(doc.tendon, "spatial", name=tn)
-            ET.SubElement(sp, "site", site=t.frame_names[fa])
-            ET.SubElement(sp, "site", site=t.frame_names[fb])
-            ET.SubElement(doc.act, "motor", name=pn, tendon=tn, gear=f"{gear:.17g}")
+            ET.SubElement(sp, "site", site=doc.frame_site[fa])
+            ET.SubElement(sp, "site", site=doc.frame_site[fb])
+            ET.SubElement(doc.act, "motor", name=doc.unique("actuator", pn), tendon=tn, gear=f"{gear:.17g}")
     for vi in np.asarray(t.actuated_v, dtype=int) if not t.port_names else ():
         if int(vi) in doc.v_joint and int(vi) not in driven:
-            ET.SubElement(doc.act, "motor", name=f"{doc.v_joint[int(vi)]}__motor", joint=doc.v_joint[int(vi)])
+            jn = doc.v_joint[int(vi)]
+            ET.SubElement(doc.act, "motor", name=doc.unique("actuator", f"{jn}__motor"), joint=jn)
