@@ -183,6 +183,32 @@ def _base_graph(data: dict, source: str | None) -> Graph | None:
 
 def graph_from_dict(data: dict, source: str | None = None) -> Graph:
     """Build a :class:`Graph` from the parsed TOML document (a side-car starts from its robot file)."""
+    g = _start_graph(data, source)
+    _add_bodies(g, data.get("body", []))
+    _add_joints(g, data.get("joint", []))
+    _add_frame_tables(g, data.get("frame", []))
+    for jn in data.get("actuated", []):
+        if jn not in g.joints:
+            raise g.error("top level: actuated", f"unknown joint '{jn}'")
+        g.joints[jn].actuated = True
+    for jn, lim in (data.get("limits") or {}).items():
+        _set_limits(g, jn, lim)
+    _add_constraints(g, data.get("constraint", []))
+    _add_couplings(g, data.get("coupling", []))
+    _add_ports(g, data.get("port", []))
+    if not data.get("port"):
+        _ports_from_actuated(g, data.get("joint", []))
+    return g
+
+
+def _el(kind: str, k: int, t: object) -> str:
+    """The element name in messages: ``<kind> #<k+1> '<name>'`` (``'?'`` without a name)."""
+    return f"{kind} #{k + 1} '{t.get('name', '?') if isinstance(t, dict) else '?'}'"
+
+
+def _start_graph(data: dict, source: str | None) -> Graph:
+    """Check the top-level keys; the side-car's robot file (or an empty graph) with the
+    document's ``name`` and ``gravity`` [m/s^2] applied."""
     if not isinstance(data, dict):
         raise ModelError(f"{source}: expected a TOML document")
     bad = sorted(set(data) - _TOP)
@@ -197,8 +223,13 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
             g.name = str(data["name"])
     if "gravity" in data:
         g.gravity = g._vec("top level", "gravity", data["gravity"], 3)
-    for k, b in enumerate(data.get("body", [])):
-        el = f"body #{k + 1} '{b.get('name', '?') if isinstance(b, dict) else '?'}'"
+    return g
+
+
+def _add_bodies(g: Graph, bodies: list) -> None:
+    """``[[body]]`` tables: mass [kg], com [m], inertia [kg m^2] about the COM, named frames."""
+    for k, b in enumerate(bodies):
+        el = _el("body", k, b)
         _check_keys(g, el, b, _BODY)
         if "name" not in b:
             raise g.error(el, "missing 'name'")
@@ -207,8 +238,12 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
             _check_keys(g, f"frame '{fname}'", ft, _FRAME)
             frames[fname] = _pose_from(g, f"frame '{fname}'", ft, "")
         g.add_body(b["name"], b.get("mass", 0.0), b.get("com", (0, 0, 0)), b.get("inertia"), frames)
-    for k, j in enumerate(data.get("joint", [])):
-        el = f"joint #{k + 1} '{j.get('name', '?') if isinstance(j, dict) else '?'}'"
+
+
+def _add_joints(g: Graph, joints: list) -> None:
+    """``[[joint]]`` tables (joint frame in parent and child from ``parent_*``/``child_*``)."""
+    for k, j in enumerate(joints):
+        el = _el("joint", k, j)
         _check_keys(g, el, j, _JOINT)
         for req in ("name", "type", "parent", "child"):
             if req not in j:
@@ -231,40 +266,48 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
             armature=j.get("armature", 0.0),
             damping=j.get("damping", 0.0),
         )
-    for k, f in enumerate(data.get("frame", [])):
-        el = f"frame #{k + 1} '{f.get('name', '?') if isinstance(f, dict) else '?'}'"
+
+
+def _add_frame_tables(g: Graph, frames: list) -> None:
+    """Top-level ``[[frame]]`` tables: a named frame on an existing body."""
+    for k, f in enumerate(frames):
+        el = _el("frame", k, f)
         _check_keys(g, el, f, _FRAME_TABLE)
         for req in ("name", "body"):
             if req not in f:
                 raise g.error(el, f"missing '{req}'")
         g.add_frame(f["body"], f["name"], _pose_from(g, el, f, ""))
-    for jn in data.get("actuated", []):
-        if jn not in g.joints:
-            raise g.error("top level: actuated", f"unknown joint '{jn}'")
-        g.joints[jn].actuated = True
-    for jn, lim in (data.get("limits") or {}).items():
-        el = f"top level: limits.{jn}"
-        if jn not in g.joints:
-            raise g.error(el, f"unknown joint '{jn}'")
-        j = g.joints[jn]
-        n1 = 0 if j.lower is None else len(j.lower)
-        if not n1:
-            raise g.error(el, f"a {j.type} joint takes no limits")
-        if not (isinstance(lim, list) and len(lim) == 2):
-            raise g.error(el, f"expected [lower, upper], got {lim!r}")
-        if _has_text(lim):
-            raise g.error(el, f"limits must be numbers, got {lim!r}")
-        try:  # +-inf allowed: an unbounded coordinate
-            lo, hi = (np.asarray(x, dtype=float).reshape(n1) for x in lim)
-        except (TypeError, ValueError):
-            raise g.error(el, f"expected [lower, upper] with {n1} number(s) each, got {lim!r}") from None
-        if np.any(np.isnan(lo)) or np.any(np.isnan(hi)):
-            raise g.error(el, f"limits must not be NaN, got {lim!r}")
-        if np.any(lo > hi):
-            raise g.error(el, f"lower limit {lo.tolist()} exceeds upper limit {hi.tolist()}")
-        j.lower, j.upper = lo, hi
-    for k, c in enumerate(data.get("constraint", [])):
-        el = f"constraint #{k + 1} '{c.get('name', '?') if isinstance(c, dict) else '?'}'"
+
+
+def _set_limits(g: Graph, jn: str, lim: object) -> None:
+    """``[limits] <jn> = [lower, upper]``: replace joint ``jn``'s limits (one number per scalar
+    coordinate, or lists of them; +-inf allowed, NaN and lower > upper not)."""
+    el = f"top level: limits.{jn}"
+    if jn not in g.joints:
+        raise g.error(el, f"unknown joint '{jn}'")
+    j = g.joints[jn]
+    n1 = 0 if j.lower is None else len(j.lower)
+    if not n1:
+        raise g.error(el, f"a {j.type} joint takes no limits")
+    if not (isinstance(lim, list) and len(lim) == 2):
+        raise g.error(el, f"expected [lower, upper], got {lim!r}")
+    if _has_text(lim):
+        raise g.error(el, f"limits must be numbers, got {lim!r}")
+    try:  # +-inf allowed: an unbounded coordinate
+        lo, hi = (np.asarray(x, dtype=float).reshape(n1) for x in lim)
+    except (TypeError, ValueError):
+        raise g.error(el, f"expected [lower, upper] with {n1} number(s) each, got {lim!r}") from None
+    if np.any(np.isnan(lo)) or np.any(np.isnan(hi)):
+        raise g.error(el, f"limits must not be NaN, got {lim!r}")
+    if np.any(lo > hi):
+        raise g.error(el, f"lower limit {lo.tolist()} exceeds upper limit {hi.tolist()}")
+    j.lower, j.upper = lo, hi
+
+
+def _add_constraints(g: Graph, constraints: list) -> None:
+    """``[[constraint]]`` tables between frames ``a`` and ``b`` (default world), with offsets."""
+    for k, c in enumerate(constraints):
+        el = _el("constraint", k, c)
         _check_keys(g, el, c, _CONS)
         for req in ("name", "type"):
             if req not in c:
@@ -279,12 +322,20 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
             axes=c.get("axes"),
             length=c.get("length", 0.0),
         )
-    for k, c in enumerate(data.get("coupling", [])):
-        el = f"coupling #{k + 1} '{c.get('name', '?') if isinstance(c, dict) else '?'}'"
+
+
+def _add_couplings(g: Graph, couplings: list) -> None:
+    """``[[coupling]]`` tables: linear couplings ``sum(coeffs[j] * q_j) + offset = 0``."""
+    for k, c in enumerate(couplings):
+        el = _el("coupling", k, c)
         _check_keys(g, el, c, _COUP)
         g.add_coupling(c["name"], c.get("coeffs", {}), c.get("offset", 0.0))
-    for k, p in enumerate(data.get("port", [])):
-        el = f"port #{k + 1} '{p.get('name', '?') if isinstance(p, dict) else '?'}'"
+
+
+def _add_ports(g: Graph, ports: list) -> None:
+    """``[[port]]`` tables: joint ports (``joint``, ``index``) or distance ports (``a``, ``b``)."""
+    for k, p in enumerate(ports):
+        el = _el("port", k, p)
         _check_keys(g, el, p, _PORT)
         g.add_port(
             p["name"],
@@ -295,9 +346,6 @@ def graph_from_dict(data: dict, source: str | None = None) -> Graph:
             p.get("b"),
             p.get("gear", 1.0),
         )
-    if not data.get("port"):
-        _ports_from_actuated(g, data.get("joint", []))
-    return g
 
 
 def _ports_from_actuated(g: Graph, joints) -> None:
