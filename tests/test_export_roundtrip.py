@@ -7,6 +7,7 @@ the mass, nq, nv and the closure (rank and null space)."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -19,32 +20,40 @@ import scipy.linalg as sl
 import jaxmech as jm
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+DATA = Path(__file__).resolve().parent / "data"
 _fk = jm.jit(jm.forward_kinematics)
 _C = jm.jit(jm.closure_jacobian)
 _res = jm.jit(jm.closure_residual)
 _assemble = jm.jit(jm.assemble)
 
 
-def _export(mech, q, tmp_path):
+def _export(mech, q, tmp_path, warns=()):
+    """Export at ``q``; ``warns``: regexes of the only warnings expected (each exactly once)."""
     out = tmp_path / f"{mech.name}.xml"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # nothing is dropped or approximated
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("error")  # nothing is dropped or approximated ...
+        for pat in warns:  # ... but what the test expects
+            warnings.filterwarnings("always", message=pat)
         jm.export_mjcf(mech, out, q=q)
-    return out, mujoco.MjModel.from_xml_path(str(out))
+    m = mujoco.MjModel.from_xml_path(str(out))
+    msgs = [str(w.message) for w in caught]
+    assert len(msgs) == len(warns) and all(any(re.match(p, w) for w in msgs) for p in warns), msgs
+    return out, m
 
 
 def _null(C):
     return sl.null_space(C, rcond=1e-9)
 
 
-def _check_round_trip(mech, q, tmp_path):
+def _check_round_trip(mech, q, tmp_path, added_mass=0.0, warns=()):
+    """``added_mass`` (kg): what export gave massless moving bodies (announced by ``warns``)."""
     q = np.asarray(q, dtype=float)
-    out, m = _export(mech, q, tmp_path)
+    out, m = _export(mech, q, tmp_path, warns)
     # MuJoCo accepted it: every body with a joint has mass; mass, nq, nv kept
     for b in range(1, m.nbody):
         if m.body_jntnum[b]:
             assert m.body_mass[b] > 0, mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b)
-    assert float(np.sum(m.body_mass)) == pytest.approx(float(np.sum(mech.mass)), rel=1e-12)
+    assert float(np.sum(m.body_mass)) == pytest.approx(float(np.sum(mech.mass)) + added_mass, rel=1e-12)
     assert (m.nq, m.nv) == (mech.nq, mech.nv)
     # MuJoCo's kinematics at our q (qpos has our meaning; spherical tree joints are measured from
     # the XML pose, which export writes at identity) reproduce our body poses
@@ -71,10 +80,10 @@ def _check_round_trip(mech, q, tmp_path):
     return out, m
 
 
-def _check_reimport(mech, q, out):
+def _check_reimport(mech, q, out, added_mass=0.0):
     back = jm.load(out)
     assert (back.nq, back.nv) == (mech.nq, mech.nv)
-    assert float(np.sum(back.mass)) == pytest.approx(float(np.sum(mech.mass)), rel=1e-12)
+    assert float(np.sum(back.mass)) == pytest.approx(float(np.sum(mech.mass)) + added_mass, rel=1e-12)
     assert set(mech.frame_names) <= set(back.frame_names)
     assert np.max(np.abs(np.asarray(_res(back, q))), initial=0.0) <= 1e-10
     C, Cb = np.asarray(_C(mech, q)), np.asarray(_C(back, q))
@@ -108,6 +117,39 @@ def test_two_hinge_stewart(tmp_path):
         np.testing.assert_allclose(d.xpos[b], T[i][:3, 3], atol=1e-12)
         np.testing.assert_allclose(d.xmat[b].reshape(3, 3), T[i][:3, :3], atol=1e-12)
     _check_reimport(mech, q, out)
+
+
+def test_massless_moving_leaf(tmp_path):
+    """frames17.sdf: the universal joint's child 'hand' has no mass and no child, so its joints
+    can go neither into a child nor (they move) into its parent: MuJoCo used to reject the export
+    ('mass and inertia of moving bodies must be larger than mjMINVAL'). Export gives it a tiny
+    mass and inertia (last resort) with a warning naming the body and the values; its two hinges
+    stay in one body, and MuJoCo's bodies and sites (the named frames) keep our kinematics."""
+    mech = jm.load(DATA / "frames17.sdf")
+    hand = mech.body_names.index("hand")
+    assert mech.topo.joint_types[hand] == "universal" and float(mech.mass[hand]) == 0
+    assert hand not in mech.topo.parent  # a leaf
+    q = np.asarray(mech.q0)
+    warn = r"frames17: body 'hand' moves .* 1e-09 kg added to its mass and 1e-07 kg m\^2"
+    out, m = _check_round_trip(mech, q, tmp_path, added_mass=1e-9, warns=(warn,))
+    b = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "hand")
+    assert m.body_jntnum[b] == 2 and m.body_mass[b] == 1e-9
+    np.testing.assert_allclose(m.body_inertia[b], 1e-7, rtol=1e-12)
+    d = mujoco.MjData(m)
+    for k in range(3):
+        qr = np.asarray(jm.random_configuration(mech, jax.random.PRNGKey(k), scale=0.8))
+        d.qpos[:] = qr
+        mujoco.mj_kinematics(m, d)
+        T = np.asarray(_fk(mech, qr))
+        for b in range(1, m.nbody):
+            i = mech.body_names.index(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b))
+            np.testing.assert_allclose(d.xpos[b], T[i][:3, 3], atol=1e-12)
+            np.testing.assert_allclose(d.xmat[b].reshape(3, 3), T[i][:3, :3], atol=1e-12)
+        for f in mech.frame_names:
+            s, F = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, f), np.asarray(jm.frame_pose(mech, qr, f))
+            np.testing.assert_allclose(d.site_xpos[s], F[:3, 3], atol=1e-12)
+            np.testing.assert_allclose(d.site_xmat[s].reshape(3, 3), F[:3, :3], atol=1e-12)
+    _check_reimport(mech, q, out, added_mass=1e-9)
 
 
 @pytest.mark.slow

@@ -10,13 +10,30 @@ is closed.
 
 Joints: revolute -> hinge, prismatic -> slide, cylindrical -> hinge + slide on the same axis,
 universal -> two hinges in the same body (named ``<joint>__1``, ``<joint>__2``; MuJoCo composes
-them in order, which is our ``Rot(axis1, q1) Rot(axis2, q2)``). A massless moving body with one
-child and nothing attached (a universal joint written as two revolutes through a massless body)
-is merged into its child: its joints go first into the child's body (MuJoCo rejects massless
-moving bodies); spherical -> ball (its reference
+them in order, which is our ``Rot(axis1, q1) Rot(axis2, q2)``); spherical -> ball (its reference
 is the identity quaternion: a ball's ``qpos`` is measured from the XML pose, so spherical
 coordinates of ``q_ref`` are reset to identity to keep the meaning of ``q``), free -> free joint
 (only at the root with identity joint frames, as every loader produces), fixed -> no joint.
+
+Massless moving bodies: MuJoCo rejects a body with joints unless it, or a body welded below it
+(no joint in between), has mass and principal inertia of at least ``mjMINVAL`` (1e-15). Export
+makes every such body legal, preferring, in order:
+
+1. merging it into its only child (its joints go first into the child's body, where MuJoCo
+   composes them in order). A massless moving body with one child and nothing attached (a
+   universal joint written as two revolutes through a massless body) is always merged; another
+   body MuJoCo would reject is merged when it is massless (zero mass and inertia), has one child
+   (after step 2), neither has a free or spherical joint and, if it carries frames or loop ends,
+   the child's joint is fixed (they then ride rigidly on the child);
+2. merging its massless fixed leaf children (frame-only links) into it, when that leaves it one
+   child to merge into;
+3. as a last resort (a massless leaf that moves, a body with several moving children, a point
+   mass): giving it a tiny mass (``1e-9`` kg) and / or inertia (``1e-7`` kg m^2 added on the
+   diagonal) with a warning naming the body and the values. This changes the dynamics
+   negligibly (the body moves nothing else) but does change MuJoCo's total mass by that much.
+
+Frames and loop ends carried by a merged body keep their world poses: they are written on its
+host body, re-expressed in the host's frame (closures and distance ports follow their sites).
 
 Loop closures (each cut joint / explicit constraint, sites ``<loop>__a`` / ``<loop>__b`` at its
 two frames):
@@ -57,6 +74,12 @@ from typing import NamedTuple
 import numpy as np
 
 from ..graph import ModelError
+
+_MINVAL = 1e-15  # MuJoCo's mjMINVAL: the least mass / principal inertia of a moving body
+_TINY_MASS = 1e-9  # kg, given to a massless moving body that cannot be merged (last resort)
+# kg m^2, added on the diagonal of a singular inertia (last resort); above the 1e-8 under which
+# jaxmech's model builder reads an inertia as zero (and rejects it with a mass), so the file re-imports
+_TINY_INERTIA = 1e-7
 
 
 def _s(x) -> str:
@@ -105,6 +128,100 @@ def _merged_into_child(mech) -> set[int]:
             continue
         out.add(i)
     return out
+
+
+class _Plan(NamedTuple):
+    """How the bodies become MuJoCo bodies (:func:`_plan`): ``child`` maps each body merged into
+    its only child to that child, ``folded`` holds the massless fixed leaves merged into their
+    parent, ``tiny`` maps a body to the ``(mass, inertia)`` written instead of its own."""
+
+    child: dict[int, int]
+    folded: set[int]
+    tiny: dict[int, tuple[float, np.ndarray]]
+
+
+def _plan(mech, d: _TreeData) -> _Plan:
+    """The merges of :func:`_merged_into_child`, then, while a MuJoCo body with joints fails
+    MuJoCo's mass check (it and the bodies welded below it all lack mass or principal inertia
+    ``>= mjMINVAL``), the first such body (in index order) is merged into its only child, else
+    merged into that child after folding its massless fixed leaf children into it, else given a
+    tiny mass / inertia with a warning (see the module doc). Models MuJoCo accepts as they are
+    keep exactly the merges of :func:`_merged_into_child`."""
+    t = mech.topo
+    nb = len(t.body_names)
+    par = [int(p) for p in np.asarray(t.parent, dtype=int)]
+    kids: dict[int, list[int]] = {i: [] for i in range(-1, nb)}
+    for c in range(nb):
+        kids[par[c]].append(c)
+    att = _attached_bodies(mech)
+    jt = t.joint_types
+    bad = ("free", "spherical")
+    massless = [float(d.mass[i]) == 0.0 and not np.any(d.inertia[i]) for i in range(nb)]
+    child = {i: kids[i][0] for i in sorted(_merged_into_child(mech))}
+    folded: set[int] = set()
+    tiny: dict[int, tuple[float, np.ndarray]] = {}
+
+    def gone(i: int) -> bool:
+        return i in child or i in folded
+
+    def mj_parent(i: int) -> int:
+        p = par[i]
+        while p >= 0 and gone(p):
+            p = par[p]
+        return p
+
+    def moves(i: int) -> bool:  # the MuJoCo body of i has joints (its own or a merged parent's)
+        out, p = jt[i] != "fixed", par[i]
+        while p in child:
+            out, p = out or jt[p] != "fixed", par[p]
+        return out
+
+    def valid(i: int) -> bool:
+        m, inertia = tiny.get(i, (d.mass[i], d.inertia[i]))
+        return float(m) >= _MINVAL and float(np.linalg.eigvalsh(np.asarray(inertia, dtype=float))[0]) >= _MINVAL
+
+    def legal(i: int) -> bool:  # MuJoCo's check: i, or a body welded below it, has mass and inertia
+        return valid(i) or any(not gone(k) and not moves(k) and mj_parent(k) == i and legal(k) for k in range(nb))
+
+    def carries(i: int) -> bool:  # frames / loop ends that must ride on i's host
+        return i in att or any(k in folded and carries(k) for k in kids[i]) or (par[i] in child and carries(par[i]))
+
+    def merge_into_child(b: int) -> bool:
+        ks = [k for k in kids[b] if k not in folded]
+        if not massless[b] or b in tiny or jt[b] in bad or len(ks) != 1 or jt[ks[0]] in bad:
+            return False
+        if carries(b) and jt[ks[0]] != "fixed":
+            return False  # what b carries would follow the child's joint
+        child[b] = ks[0]
+        return True
+
+    def fold_leaves_then_merge(b: int) -> bool:
+        leaves = {k for k in kids[b] if jt[k] == "fixed" and massless[k] and not kids[k] and not gone(k)}
+        if not leaves:
+            return False
+        folded.update(leaves)
+        if merge_into_child(b):
+            return True
+        folded.difference_update(leaves)
+        return False
+
+    while True:
+        b = next((i for i in range(nb) if not gone(i) and moves(i) and not legal(i)), None)
+        if b is None:
+            return _Plan(child, folded, tiny)
+        if merge_into_child(b) or fold_leaves_then_merge(b):
+            continue
+        m, inertia = float(d.mass[b]), np.asarray(d.inertia[b], dtype=float)
+        add_m = _TINY_MASS if m < _MINVAL else 0.0
+        add_i = _TINY_INERTIA if np.linalg.eigvalsh(inertia)[0] < _MINVAL else 0.0
+        tiny[b] = (m + add_m, inertia + add_i * np.eye(3))
+        # stacklevel 4: the caller of export_mjcf (via _emit_tree)
+        warnings.warn(
+            f"{t.name}: body '{t.body_names[b]}' moves but has no mass or inertia MuJoCo accepts and "
+            f"cannot be merged into another body: exported with {add_m:g} kg added to its mass and "
+            f"{add_i:g} kg m^2 to its inertia's diagonal",
+            stacklevel=4,
+        )
 
 
 def _joint_specs(mech, i, qr, ax1, ax2, axt, Xci, arm, damp) -> list[dict]:
@@ -169,13 +286,14 @@ def _length_equality(doc: _Doc, nm, s1, s2, length, Tw, a, b, A, B) -> None:
 
 @dataclass
 class _Doc:
-    """The MJCF under construction: the element of each body index (``-1`` the worldbody, ``None``
-    for a body merged into its child), the ``<equality>``, ``<tendon>`` and ``<actuator>``
-    sections, the MuJoCo joint name of each velocity / coordinate index it wrote (hinge and
-    slide joints only), the site name of each named frame and the names used so far, by kind
-    (``joint``, ``site``, ``tendon``, ``equality``, ``actuator``)."""
+    """The MJCF under construction: the element of each body index written as a MuJoCo body
+    (``-1`` the worldbody), the host and pose (4, 4) in the host's frame of each body merged into
+    another (``place``), the ``<equality>``, ``<tendon>`` and ``<actuator>`` sections, the
+    MuJoCo joint name of each velocity / coordinate index it wrote (hinge and slide joints only),
+    the site name of each named frame and the names used so far, by kind (``joint``, ``site``,
+    ``tendon``, ``equality``, ``actuator``)."""
 
-    elems: dict[int, ET.Element | None]
+    elems: dict[int, ET.Element]
     eq: ET.Element
     tendon: ET.Element
     act: ET.Element
@@ -183,6 +301,7 @@ class _Doc:
     q_joint: dict[int, str] = field(default_factory=dict)
     frame_site: dict[int, str] = field(default_factory=dict)
     used: dict[str, set[str]] = field(default_factory=dict)
+    place: dict[int, tuple[int, np.ndarray]] = field(default_factory=dict)
 
     def unique(self, kind: str, nm: str) -> str:
         """``nm``, or ``nm_<k>`` with the smallest ``k >= 1`` that is free, if a ``kind`` element of
@@ -197,9 +316,13 @@ class _Doc:
 
     def site(self, body: int, nm: str, T: np.ndarray) -> str:
         """A site named ``nm`` (made unique) on ``body`` (index, ``-1`` world) at pose ``T`` (4, 4) in
-        the body's frame; returns its name."""
+        the body's frame (a merged body's sites go on its host, re-expressed); returns its name."""
         nm = self.unique("site", nm)
-        ET.SubElement(self.elems[int(body)], "site", name=nm, pos=_s(T[:3, 3]), quat=_s(_quat(T[:3, :3])))
+        body = int(body)
+        if body in self.place:
+            body, Tb = self.place[body]
+            T = Tb @ T
+        ET.SubElement(self.elems[body], "site", name=nm, pos=_s(T[:3, 3]), quat=_s(_quat(T[:3, :3])))
         return nm
 
 
@@ -288,19 +411,22 @@ def _tree_data(mech, qr: np.ndarray) -> _TreeData:
 
 def _emit_tree(mech, qr: np.ndarray, doc: _Doc) -> None:
     """Write the spanning tree into the worldbody (``doc.elems[-1]``): one ``<body>`` per body in
-    index order (bodies of :func:`_merged_into_child` hand their joints on to their child), its
-    inertial and its joints; fill ``doc.elems``, ``doc.v_joint`` and ``doc.q_joint``."""
+    index order (bodies merged into their child by :func:`_plan` hand their joints on to it,
+    folded ones are left out), its inertial and its joints; fill ``doc.elems``, ``doc.place``,
+    ``doc.v_joint`` and ``doc.q_joint``."""
     t = mech.topo
     d = _tree_data(mech, qr)
-    merged = _merged_into_child(mech)
+    plan = _plan(mech, d)
     pending: dict[int, tuple] = {}  # merged body -> (pose in its host parent's frame, joint specs in its frame)
     for i in range(len(t.body_names)):
+        if i in plan.folded:
+            continue
         par, Xi, specs = _host_placement(t, i, d.X, pending)
         specs += _joint_specs(mech, i, qr, d.ax1, d.ax2, d.axt, d.Xci, d.arm, d.damp)
-        if i in merged:
+        if i in plan.child:
             pending[i] = (Xi, specs)
             continue
-        b = _emit_body(mech, d, doc, par, i, Xi)
+        b = _emit_body(mech, d, doc, par, i, Xi, plan.tiny.get(i))
         doc.elems[i] = b
         for sp in specs:
             sp = {**sp, "name": doc.unique("joint", sp["name"])}
@@ -308,8 +434,23 @@ def _emit_tree(mech, qr: np.ndarray, doc: _Doc) -> None:
             if sp["type"] != "ball":
                 doc.v_joint[sp["v"]] = sp["name"]
                 doc.q_joint[sp["q"]] = sp["name"]
-    for k in merged:
-        doc.elems[k] = None  # nothing attaches to a merged body (checked by _merged_into_child)
+    for k in (*plan.child, *plan.folded):
+        doc.place[k] = _merged_place(t, k, d.X, plan)
+
+
+def _merged_place(t, k: int, X: np.ndarray, plan: _Plan) -> tuple[int, np.ndarray]:
+    """``(host, T)``: the MuJoCo body that body ``k`` ends up in and ``k``'s pose (4, 4) in the
+    host's frame (at the reference configuration; :func:`_plan` merges a body that carries
+    frames only where it is rigid with its host)."""
+    if k in plan.folded:
+        host, T = int(t.parent[k]), X[k]
+    elif k in plan.child:
+        c = plan.child[k]
+        host, T = c, np.linalg.inv(X[c])
+    else:
+        return k, np.eye(4)
+    h, Th = _merged_place(t, host, X, plan) if host >= 0 else (host, np.eye(4))
+    return h, Th @ T
 
 
 def _host_placement(t, i: int, X: np.ndarray, pending: dict[int, tuple]) -> tuple[int, np.ndarray, list[dict]]:
@@ -328,21 +469,21 @@ def _host_placement(t, i: int, X: np.ndarray, pending: dict[int, tuple]) -> tupl
     return par, Xi, specs
 
 
-def _emit_body(mech, d: _TreeData, doc: _Doc, parent: int, i: int, Xi: np.ndarray) -> ET.Element:
+def _emit_body(mech, d: _TreeData, doc: _Doc, parent: int, i: int, Xi: np.ndarray, tiny=None) -> ET.Element:
     """The ``<body>`` of body ``i`` under body ``parent`` (index, ``-1`` world) at pose ``Xi`` (4, 4)
-    in ``parent``'s frame, with its ``<inertial>``
-    (if it has mass) and its ``<freejoint>`` (for a free joint, which must join the world to a
-    root body with identity joint frames)."""
+    in ``parent``'s frame, with its ``<inertial>`` (if it has mass; ``tiny``: the ``(mass,
+    inertia)`` written instead of its own, see :func:`_plan`) and its ``<freejoint>`` (for a free
+    joint, which must join the world to a root body with identity joint frames)."""
     t = mech.topo
     name, jt, jn = t.body_names[i], t.joint_types[i], t.joint_names[i]
     b = ET.SubElement(doc.elems[parent], "body", name=name, pos=_s(Xi[:3, 3]), quat=_s(_quat(Xi[:3, :3])))
-    if d.mass[i] > 0:
-        I = d.inertia[i]
+    mass, I = (d.mass[i], d.inertia[i]) if tiny is None else tiny
+    if mass > 0:
         ET.SubElement(
             b,
             "inertial",
             pos=_s(d.com[i]),
-            mass=f"{d.mass[i]:.17g}",
+            mass=f"{mass:.17g}",
             fullinertia=_s([I[0, 0], I[1, 1], I[2, 2], I[0, 1], I[0, 2], I[1, 2]]),
         )
     if jt == "free":
