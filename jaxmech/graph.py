@@ -253,7 +253,7 @@ class Graph:
             raise self.error(el, f"mass must be finite and >= 0, got {mass}")
         com = self._vec(el, "com", com, 3)
         I = _inertia_matrix(self, el, inertia)
-        if mass > 0 and np.allclose(I, 0):
+        if mass > 0 and not np.any(I):  # exact zeros: a small real body (1 g, I ~ 1e-10 kg m^2) is fine
             raise self.error(el, f"inertia must be positive definite for a body of mass {mass}, got zeros")
         body = Body(name, mass, com, I, {})
         self.bodies[name] = body

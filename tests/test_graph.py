@@ -168,6 +168,9 @@ def test_builder_errors_without_file():
         g.add_body("m", 1.0)
     with pytest.raises(jm.ModelError, match="triangle"):
         g.add_body("t", 1.0, inertia=[1.0, 1.0, 3.0])
+    # a small real body (a 1 g, 2 mm sensor) is not "zero inertia"
+    small = g.add_body("sensor", 1e-3, inertia=[4e-10, 4e-10, 4e-10])
+    assert small.inertia[0, 0] == 4e-10
 
 
 # ----------------------------------------------------------------------------- cut selection
