@@ -30,7 +30,7 @@ from .assembly import (
     Defect,
     Partition,
     _assemble_impl,
-    _finish,
+    _checks,
     _homotopy,
     _raise_if_failed,
     defect_at,
@@ -102,16 +102,16 @@ class _Carry(NamedTuple):
     rows: jnp.ndarray
     corr: jnp.ndarray  # (nv,) last step's corrector displacement (q_new minus the prediction)
     step2: jnp.ndarray  # squared size of the last step's active move (0 before the first)
+    C: jnp.ndarray  # (s, nv) closure Jacobian at q (the last step's final checks evaluated it)
 
 
 def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, carry: _Carry, a_k):
     p = np.asarray(part.passive, int)
     dt = carry.q.dtype
-    q_prev, rows, corr, step2 = carry
+    q_prev, rows, corr, step2, C = carry
     q_tgt = q_prev.at[aq].set(a_k.astype(dt))
     dv_a = difference(mech, q_prev, q_tgt)
     dv_a = dv_a.at[p].set(0.0)
-    C = closure_jacobian(mech, q_prev)
     Rp = C[rows][:, p]
     dv_p = -jnp.linalg.solve(Rp, C[rows] @ dv_a)  # paper 001 eq. (58): D psi dv_a
     # second-order term: the tangent predictor's error is quadratic in the step, so the last
@@ -126,7 +126,7 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
         tuple(jnp.zeros((len(g.names), 6), dt) for g in mech.topo.groups), jnp.zeros(len(mech.topo.coupling_names), dt)
     )
     # direct correction on the physical closure with the previous selector (eq. (59))
-    d = _homotopy(mech, part, q_pred, zero, rows, 1.0, 0.0, False, opts)
+    d = _homotopy(mech, part, q_pred, zero, rows, 1.0, 0.0, False, opts, check_chord=True)
     direct_ok = d.finished
 
     # fallback: defect homotopy from the prediction. lax.cond skips it for a single path; under
@@ -146,7 +146,9 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
     finished = direct_ok | h_finished
     rc_last = jnp.where(direct_ok, d.rc_good, h_rc)
     pre = jnp.asarray(-1, jnp.int32)
-    status, residual, rank, rc, new_rows = _finish(mech, part, q_new, opts, pre, finished, h_too_small, rc_last, dt)
+    status, residual, rank, rc, new_rows, C_new = _checks(
+        mech, part, q_new, opts, pre, finished, h_too_small, rc_last, dt
+    )
     ok = status == CONVERGED
     rows_next = jnp.where(ok, new_rows, rows)
     out = (q_new, status, residual, d.it + jnp.where(direct_ok, 0, h_it), ~direct_ok, rank, rc, rows_next)
@@ -154,7 +156,7 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
     keep = ok & direct_ok
     # the whole deviation from the tangent predictor: the second-order term used plus the correction
     corr_next = jnp.where(keep, difference(mech, q_pred, q_new).at[p].add(second), 0.0)
-    return _Carry(q_new, rows_next, corr_next, jnp.where(keep, s2, 0.0)), out
+    return _Carry(q_new, rows_next, corr_next, jnp.where(keep, s2, 0.0), C_new), out
 
 
 def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = False, **options) -> TrackResult:
@@ -197,7 +199,7 @@ def _track_one(mech: Mechanism, q_start, active_path, active, options: tuple) ->
     m = jax.lax.stop_gradient(mech)
     ps = jax.lax.stop_gradient(path).astype(dt)
     first = _assemble_impl(m, jax.lax.stop_gradient(q_start).astype(dt).at[aq].set(ps[0]), part, opts)
-    carry0 = _Carry(first.q, first.rows, jnp.zeros(mech.nv, dt), jnp.zeros((), dt))
+    carry0 = _Carry(first.q, first.rows, jnp.zeros(mech.nv, dt), jnp.zeros((), dt), closure_jacobian(m, first.q))
 
     def step(c, a_k):
         return _track_step(m, part, aq, opts, c, a_k)
