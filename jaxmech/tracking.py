@@ -15,6 +15,7 @@ where some path needs it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import equinox as eqx
@@ -135,7 +136,8 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
         defect = defect_at(mech, q_pred)
         _, J0 = defected_residual_and_jacobian(mech, q_pred, 0.0, defect)
         sel0, _ = select_rows(J0[:, p], p.size)
-        h = _homotopy(mech, part, q_pred, defect, sel0, 0.0, opts.dlam0, direct_ok, opts)
+        # no chord steps in the (rare) fallback: one closure pass fewer to compile
+        h = _homotopy(mech, part, q_pred, defect, sel0, 0.0, opts.dlam0, direct_ok, replace(opts, chord=False))
         return jnp.where(h.finished, h.q_acc, h.q_good), h.finished, h.too_small, h.rc_good, h.it
 
     def skip(q_pred):
