@@ -108,7 +108,12 @@ def test_two_hinge_stewart(tmp_path):
     assert m.body_jntnum[barrel] == 2  # u_x and u_y: two hinges in one body
     # the same kinematics at a configuration off the closure (MuJoCo composes the two hinges in order)
     qr = np.asarray(jm.random_configuration(mech, jax.random.PRNGKey(3), scale=0.4))
-    d = mujoco.MjData(m)
+    _check_body_poses(mech, m, mujoco.MjData(m), qr)
+    _check_reimport(mech, q, out)
+
+
+def _check_body_poses(mech, m, d, qr):
+    """MuJoCo's body poses at ``qr`` (after ``mj_kinematics`` on ``d``) equal ours to 1e-12."""
     d.qpos[:] = qr
     mujoco.mj_kinematics(m, d)
     T = np.asarray(_fk(mech, qr))
@@ -116,7 +121,6 @@ def test_two_hinge_stewart(tmp_path):
         i = mech.body_names.index(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b))
         np.testing.assert_allclose(d.xpos[b], T[i][:3, 3], atol=1e-12)
         np.testing.assert_allclose(d.xmat[b].reshape(3, 3), T[i][:3, :3], atol=1e-12)
-    _check_reimport(mech, q, out)
 
 
 def test_massless_moving_leaf(tmp_path):
@@ -138,13 +142,7 @@ def test_massless_moving_leaf(tmp_path):
     d = mujoco.MjData(m)
     for k in range(3):
         qr = np.asarray(jm.random_configuration(mech, jax.random.PRNGKey(k), scale=0.8))
-        d.qpos[:] = qr
-        mujoco.mj_kinematics(m, d)
-        T = np.asarray(_fk(mech, qr))
-        for b in range(1, m.nbody):
-            i = mech.body_names.index(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b))
-            np.testing.assert_allclose(d.xpos[b], T[i][:3, 3], atol=1e-12)
-            np.testing.assert_allclose(d.xmat[b].reshape(3, 3), T[i][:3, :3], atol=1e-12)
+        _check_body_poses(mech, m, d, qr)
         for f in mech.frame_names:
             s, F = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, f), np.asarray(jm.frame_pose(mech, qr, f))
             np.testing.assert_allclose(d.site_xpos[s], F[:3, 3], atol=1e-12)
