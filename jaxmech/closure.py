@@ -206,18 +206,50 @@ def _evaluate(mech: Mechanism, q: jnp.ndarray, loops, with_jac: bool, defect_inv
         r, j = _rows(mech, g, Delta, W, with_jac)
         res.append(r.reshape(-1))
         if with_jac:
-            jacs.append(_scatter_rows(mech, g, j))
+            jacs.append(j)
     nc = len(topo.coupling_names)
+    sel = np.zeros(0, bool)
     if coup and nc:
         names = None if loops is None else ([loops] if isinstance(loops, str) else list(loops))
         sel = np.array([names is None or n in names for n in topo.coupling_names])
         res.append((mech.coupling_q @ q + mech.coupling_offset)[sel])
-        if with_jac:
-            Jc = jnp.zeros((nc, mech.nv), dt).at[:, topo.lin_v].set(mech.coupling_q[:, topo.lin_q])
-            jacs.append(Jc[sel])
     r = jnp.concatenate(res) if res else jnp.zeros(0, dt)
-    J = (jnp.concatenate(jacs, 0) if jacs else jnp.zeros((0, mech.nv), dt)) if with_jac else None
+    J = _dense_jacobian(mech, groups, jacs, sel, dt, r.shape[0]) if with_jac else None
     return r, J
+
+
+def _jacobian_targets(mech: Mechanism, groups, sel) -> tuple[np.ndarray, np.ndarray]:
+    """Static (row, column) of every entry of the flat list of the groups' path-column blocks
+    (n, r, m) each, in order, then of the selected couplings' ``coupling_q[:, lin_q]`` entries.
+    Padded path slots (``dof_sign == 0``) carry zeros and point at their placeholder column."""
+    rows, cols = [], []
+    row0 = 0
+    for g in groups:
+        n, m = g.dof_v.shape
+        nr = len(g.rows)
+        i, rr, mm = np.meshgrid(np.arange(n), np.arange(nr), np.arange(m), indexing="ij")
+        rows.append((row0 + i * nr + rr).ravel())
+        cols.append(g.dof_v[i, mm].ravel())
+        row0 += n * nr
+    lin_v = np.asarray(mech.topo.lin_v)
+    for _ in np.nonzero(sel)[0]:
+        rows.append(np.full(lin_v.size, row0))
+        cols.append(lin_v)
+        row0 += 1
+    return (np.concatenate(rows), np.concatenate(cols)) if rows else (np.zeros(0, int), np.zeros(0, int))
+
+
+def _dense_jacobian(mech: Mechanism, groups, jacs, sel, dt, n_rows: int):
+    """The dense Jacobian (n_rows, nv) from the groups' path-column blocks ``jacs`` (n, r, m) each
+    and the selected coupling rows, by one scatter-add into one zero buffer. (It was a zero block
+    per group, then a concatenation of the dense blocks: on Kangaroo's 80 x 82 Jacobian those
+    copies cost 10-17 % of residual + Jacobian.)"""
+    rows, cols = _jacobian_targets(mech, groups, sel)
+    vals = [j.reshape(-1) for j in jacs]
+    if sel.any():
+        vals.append(mech.coupling_q[np.nonzero(sel)[0]][:, mech.topo.lin_q].astype(dt).reshape(-1))
+    out = jnp.zeros((n_rows, mech.nv), dt)
+    return out.at[rows, cols].add(jnp.concatenate(vals)) if vals else out
 
 
 def closure_rows(mech: Mechanism, loops=None) -> np.ndarray:
