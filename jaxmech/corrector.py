@@ -232,14 +232,6 @@ def _lm_solve(lu, J, f):
     return jnp.where(jnp.all(jnp.isfinite(d)), d, 0.0)
 
 
-def _homotopy(
-    mech, part: Partition, q_init, defect: Defect, sel, lam0, dlam0, done0, opts: AssemblyOptions, check_chord=False
-):
-    """The flattened continuation + corrector loop; returns the final :class:`_State`."""
-    cond, body = _loop(mech, part, defect, sel, opts, check_chord)
-    return jax.lax.while_loop(cond, body, _initial_state(part, q_init, lam0, dlam0, done0, opts))
-
-
 def _initial_state(part: Partition, q_init, lam0, dlam0, done0, opts: AssemblyOptions) -> _State:
     """The loop state before the first corrector iteration (``done0``: skip the loop)."""
     n_p = len(part.passive)
@@ -264,103 +256,169 @@ def _initial_state(part: Partition, q_init, lam0, dlam0, done0, opts: AssemblyOp
     )
 
 
+class _Problem(NamedTuple):
+    """What one corrector loop solves (fixed for the whole loop): the mechanism, the partition,
+    the defect, the selected rows ``sel`` (n_p,), the options and ``check_chord`` (see :func:`_loop`)."""
+
+    mech: Mechanism
+    part: Partition
+    defect: Defect
+    sel: jnp.ndarray
+    opts: AssemblyOptions
+    check_chord: bool
+
+
+class _Best(NamedTuple):
+    """The best corrector iterate at the current ``lam`` trial (the ``*_good`` fields of :class:`_State`)."""
+
+    q: jnp.ndarray
+    f: jnp.ndarray  # selected residual (n_p,)
+    J: jnp.ndarray  # selected passive block (n_p, n_p)
+    fn: jnp.ndarray  # |f|^2
+    rc: jnp.ndarray  # rcond_1(J)
+    raw: jnp.ndarray  # max-abs raw residual
+
+
+class _Verdict(NamedTuple):
+    """The corrector's verdict at a trial ``lam`` (see :func:`_verdict`)."""
+
+    is_one: jnp.ndarray  # the trial is the physical closure
+    accept: jnp.ndarray
+    reject: jnp.ndarray
+    mu: jnp.ndarray  # damping for the next step
+
+
+def _trial(pb: _Problem, s: _State, lam) -> tuple:
+    """Evaluate the defected closure at ``s.q`` and keep the better of it and the best iterate so
+    far: ``(f, finite, improved, best)`` (``f`` the selected residual at ``s.q``)."""
+    p = np.asarray(pb.part.passive, int)
+    r, J = defected_residual_and_jacobian(pb.mech, s.q, lam, pb.defect)
+    Jp = J[pb.sel][:, p]
+    f = r[pb.sel]
+    fn = jnp.sum(f * f)
+    finite = jnp.all(jnp.isfinite(r)) & jnp.all(jnp.isfinite(Jp))
+    improved = finite & (s.fresh | (fn < s.fn_good))
+    rc = rcond_1(Jp)
+    raw = jnp.max(jnp.abs(r))
+    new = (s.q, f, Jp, fn, rc, raw)
+    old = (s.q_good, s.f_good, s.J_good, s.fn_good, s.rc_good, s.raw_good)
+    return f, finite, improved, _Best(*(jnp.where(improved, a, b) for a, b in zip(new, old, strict=True)))
+
+
+def _verdict(pb: _Problem, s: _State, lam, f, finite, improved, best: _Best) -> _Verdict:
+    """Converged, accepted or rejected at the trial ``lam``, and the Levenberg-Marquardt damping
+    update (eq. (46)): a point is accepted when the corrector converged, the complete raw residual
+    is small and the selected block is well-conditioned; rejected when it converged otherwise, or
+    ran out of inner iterations or damping."""
+    opts = pb.opts
+    tol, tol_mid, raw_tol, raw_tol_mid = _tols(opts, s.q.dtype)
+    is_one = lam >= 1.0
+    tl = jnp.where(is_one, tol, tol_mid)
+    fmax_good = jnp.sqrt(best.fn)  # 2-norm >= max-abs
+    conv = (improved & (jnp.max(jnp.abs(f)) <= tl)) | (~improved & is_one & (fmax_good <= 100 * tl) & (s.mu > 1.0))
+    if len(pb.part.passive) == 0:
+        conv = finite
+    raw_ok = best.raw <= jnp.where(is_one, raw_tol, raw_tol_mid)
+    accept = conv & raw_ok & (best.rc >= opts.rcond_min)
+    mu = jnp.where(improved, jnp.where(s.fresh, s.mu, jnp.maximum(s.mu * 0.1, 1e-15)), s.mu * 10.0)
+    fail_inner = ~conv & ((s.inner + 1 >= opts.max_inner) | (mu > opts.mu_max))
+    reject = (conv & ~accept) | fail_inner
+    return _Verdict(is_one, accept, reject, mu)
+
+
+def _closed(pb: _Problem, r, tol, raw_tol):
+    """``(closed, |f|^2)``: whether the raw residual ``r`` meets the physical closure's tolerances
+    (selected and raw rows), and the selected residual's squared norm."""
+    fs = r[pb.sel]
+    return (jnp.max(jnp.abs(fs)) <= tol) & (jnp.max(jnp.abs(r)) <= raw_tol), jnp.sum(fs * fs)
+
+
+def _newton(pb: _Problem, q, f, J, mu):
+    """The damped Newton (LM) step from ``q``: ``(lu, q1)``, the factors for the chord step too."""
+    lu = _lm_factor(J, mu)
+    return lu, _step(pb.mech, pb.part, q, _lm_solve(lu, J, f), pb.opts)
+
+
+def _chord(pb: _Problem, lu, J, q1, fn, lam, tol, raw_tol):
+    """One chord step from the Newton point ``q1`` with the Newton step's factors, taken where the
+    Newton step cut ``|f|^2`` below ``fn / 10``: ``(q2, q_done, done)`` as in :func:`_newton_chord`."""
+    r1 = defected_residual(pb.mech, q1, lam, pb.defect)
+    done1, fn1 = _closed(pb, r1, tol, raw_tol)
+    contracting = fn1 < 0.1 * fn  # False for non-finite residuals
+    q2 = jnp.where(contracting, _step(pb.mech, pb.part, q1, _lm_solve(lu, J, r1[pb.sel]), pb.opts), q1)
+    if not pb.check_chord:
+        return q2, q1, done1
+    done2, _ = _closed(pb, defected_residual(pb.mech, q2, lam, pb.defect), tol, raw_tol)
+    return q2, jnp.where(done1, q1, q2), done1 | (contracting & done2)
+
+
+def _newton_chord(pb: _Problem, q, f, J, fn, mu, lam):
+    """``(q_next, q_done, done)``: a damped Newton step from ``q`` to ``q1``, then (with
+    ``opts.chord``) one chord step with the same factors to ``q2`` where the Newton step cut
+    ``|f|^2`` below ``fn / 10``. ``done``: ``q1`` (or, with ``check_chord``, else ``q2``), returned
+    as ``q_done``, already meets the physical closure's tolerances (selected and raw rows; seen
+    by the chord's residual evaluations, so no further iteration is needed)."""
+    if len(pb.part.passive) == 0:
+        return q, q, jnp.asarray(False)
+    lu, q1 = _newton(pb, q, f, J, mu)
+    if not pb.opts.chord:
+        return q1, q1, jnp.asarray(False)
+    tol, _, raw_tol, _ = _tols(pb.opts, q.dtype)
+    return _chord(pb, lu, J, q1, fn, lam, tol, raw_tol)
+
+
+def _advance(pb: _Problem, s: _State, lam, best: _Best, v: _Verdict, nc: tuple) -> _State:
+    """The continuation decision and the next state: finish at ``lam = 1`` on acceptance or where
+    the Newton/chord point ``nc`` already meets the tolerances; on acceptance advance ``lam`` (the
+    increment doubled after a quick convergence, capped at ``1 - lam``), on rejection halve the increment (below
+    ``dlam_min``: too small); otherwise continue the corrector from the Newton/chord point."""
+    opts = pb.opts
+    q_try, q_done, done = nc
+    # the Newton or chord point already meets the tolerances: finish there
+    early = v.is_one & ~(v.accept | v.reject) & done & (best.rc >= opts.rcond_min)
+    finished = (v.accept & v.is_one) | early
+    lam_acc = jnp.where(v.accept | early, lam, s.lam_acc)
+    q_acc = jnp.where(v.accept, best.q, jnp.where(early, q_done, s.q_acc))
+    grow = jnp.where(s.inner <= 4, 2.0, 1.0)
+    dlam = jnp.where(v.accept, jnp.minimum(s.dlam * grow, 1.0 - lam_acc), jnp.where(v.reject, 0.5 * s.dlam, s.dlam))
+    too_small = v.reject & (dlam < opts.dlam_min)
+    new = v.accept | v.reject | early
+    return _State(
+        jnp.where(new, q_acc, q_try),
+        q_acc,
+        lam_acc,
+        dlam,
+        jnp.where(new, opts.mu0, v.mu),
+        best.q,
+        best.f,
+        best.J,
+        jnp.where(new, jnp.inf, best.fn),
+        best.rc,
+        best.raw,
+        new,
+        jnp.where(new, 0, s.inner + 1),
+        s.it + 1,
+        s.finished | finished,
+        too_small,
+    )
+
+
 def _loop(mech, part: Partition, defect: Defect, sel, opts: AssemblyOptions, check_chord: bool = False):
     """``(cond, body)`` of the corrector loop over :class:`_State` (one state, unbatched).
     ``check_chord`` (static): also evaluate the residual at the chord step's end, so that an
     iteration can finish there (tracking's corrector: one iteration per step instead of two
     where the Newton point just misses the tolerance; assembly's first iterations are far from
-    closure, where the extra evaluation would only cost)."""
-    p = np.asarray(part.passive, int)
-    n_p = p.size
-
-    def evaluate(q, lam):
-        r, J = defected_residual_and_jacobian(mech, q, lam, defect)
-        return r, J[sel][:, p]
-
-    def newton_chord(q, f, J, fn, mu, lam):
-        """``(q_next, q_done, done)``: a damped Newton step from ``q`` to ``q1``, then (with
-        ``opts.chord``) one chord step with the same factors to ``q2`` where the Newton step cut
-        ``|f|^2`` below ``fn / 10``. ``done``: ``q1`` (or, with ``check_chord``, else ``q2``), returned
-        as ``q_done``, already meets the physical closure's tolerances (selected and raw rows; seen
-        by the chord's residual evaluations, so no further iteration is needed)."""
-        if n_p == 0:
-            return q, q, jnp.asarray(False)
-        lu = _lm_factor(J, mu)
-        q1 = _step(mech, part, q, _lm_solve(lu, J, f), opts)
-        if not opts.chord:
-            return q1, q1, jnp.asarray(False)
-        tol, _, raw_tol, _ = _tols(opts, q.dtype)
-
-        def closed(r):
-            fs = r[sel]
-            return (jnp.max(jnp.abs(fs)) <= tol) & (jnp.max(jnp.abs(r)) <= raw_tol), jnp.sum(fs * fs)
-
-        r1 = defected_residual(mech, q1, lam, defect)
-        done1, fn1 = closed(r1)
-        contracting = fn1 < 0.1 * fn  # False for non-finite residuals
-        q2 = jnp.where(contracting, _step(mech, part, q1, _lm_solve(lu, J, r1[sel]), opts), q1)
-        if not check_chord:
-            return q2, q1, done1
-        done2, _ = closed(defected_residual(mech, q2, lam, defect))
-        return q2, jnp.where(done1, q1, q2), done1 | (contracting & done2)
+    closure, where the extra evaluation would only cost). One iteration: evaluate at the trial
+    ``lam`` (:func:`_trial`), judge (:func:`_verdict`), step (:func:`_newton_chord`), decide the
+    continuation (:func:`_advance`)."""
+    pb = _Problem(mech, part, defect, sel, opts, check_chord)
 
     def body(s: _State) -> _State:
-        dt = s.q.dtype
-        tol, tol_mid, raw_tol, raw_tol_mid = _tols(opts, dt)
         lam = jnp.minimum(s.lam_acc + s.dlam, 1.0)
-        r, Jp = evaluate(s.q, lam)
-        f = r[sel]
-        fn = jnp.sum(f * f)
-        finite = jnp.all(jnp.isfinite(r)) & jnp.all(jnp.isfinite(Jp))
-        improved = finite & (s.fresh | (fn < s.fn_good))
-        rc = rcond_1(Jp)
-        raw = jnp.max(jnp.abs(r))
-        q_good = jnp.where(improved, s.q, s.q_good)
-        f_good = jnp.where(improved, f, s.f_good)
-        J_good = jnp.where(improved, Jp, s.J_good)
-        fn_good = jnp.where(improved, fn, s.fn_good)
-        rc_good = jnp.where(improved, rc, s.rc_good)
-        raw_good = jnp.where(improved, raw, s.raw_good)
-        is_one = lam >= 1.0
-        tl = jnp.where(is_one, tol, tol_mid)
-        fmax_good = jnp.sqrt(fn_good)  # 2-norm >= max-abs
-        conv = (improved & (jnp.max(jnp.abs(f)) <= tl)) | (~improved & is_one & (fmax_good <= 100 * tl) & (s.mu > 1.0))
-        if n_p == 0:
-            conv = finite
-        raw_ok = raw_good <= jnp.where(is_one, raw_tol, raw_tol_mid)
-        accept = conv & raw_ok & (rc_good >= opts.rcond_min)
-        mu = jnp.where(improved, jnp.where(s.fresh, s.mu, jnp.maximum(s.mu * 0.1, 1e-15)), s.mu * 10.0)
-        fail_inner = ~conv & ((s.inner + 1 >= opts.max_inner) | (mu > opts.mu_max))
-        reject = (conv & ~accept) | fail_inner
-        q_try, q_done, done = newton_chord(q_good, f_good, J_good, fn_good, mu, lam)
-        # the Newton or chord point already meets the tolerances: finish there
-        early = is_one & ~(accept | reject) & done & (rc_good >= opts.rcond_min)
-        finished = (accept & is_one) | early
-        lam_acc = jnp.where(accept | early, lam, s.lam_acc)
-        q_acc = jnp.where(accept, q_good, jnp.where(early, q_done, s.q_acc))
-        grow = jnp.where(s.inner <= 4, 2.0, 1.0)
-        dlam = jnp.where(accept, jnp.minimum(s.dlam * grow, 1.0 - lam_acc), jnp.where(reject, 0.5 * s.dlam, s.dlam))
-        too_small = reject & (dlam < opts.dlam_min)
-        new = accept | reject | early
-        q_next = jnp.where(new, q_acc, q_try)
-        return _State(
-            q_next,
-            q_acc,
-            lam_acc,
-            dlam,
-            jnp.where(new, opts.mu0, mu),
-            q_good,
-            f_good,
-            J_good,
-            jnp.where(new, jnp.inf, fn_good),
-            rc_good,
-            raw_good,
-            new,
-            jnp.where(new, 0, s.inner + 1),
-            s.it + 1,
-            s.finished | finished,
-            too_small,
-        )
+        f, finite, improved, best = _trial(pb, s, lam)
+        v = _verdict(pb, s, lam, f, finite, improved, best)
+        nc = _newton_chord(pb, best.q, best.f, best.J, best.fn, v.mu, lam)
+        return _advance(pb, s, lam, best, v, nc)
 
     def cond(s: _State):
         return running(s, opts)
@@ -371,3 +429,11 @@ def _loop(mech, part: Partition, defect: Defect, sel, opts: AssemblyOptions, che
 def running(s: _State, opts: AssemblyOptions):
     """Whether the corrector loop would run another iteration on ``s`` (bool, batched like ``s``)."""
     return ~(s.finished | s.too_small) & (s.it < opts.max_iter)
+
+
+def _homotopy(
+    mech, part: Partition, q_init, defect: Defect, sel, lam0, dlam0, done0, opts: AssemblyOptions, check_chord=False
+):
+    """The flattened continuation + corrector loop; returns the final :class:`_State`."""
+    cond, body = _loop(mech, part, defect, sel, opts, check_chord)
+    return jax.lax.while_loop(cond, body, _initial_state(part, q_init, lam0, dlam0, done0, opts))
