@@ -4,69 +4,56 @@
 joints) and coordinates that no closure row involves at their given values and solves the
 closure for the *passive* ones:
 
-1. **Defect homotopy** (paper 001 eqs. (29)-(37)). For every closure element the initial
-   mismatch ``Delta0 = inv(T+) T-`` at the guess gives ``rho0 = Log(Delta0)``; the defect
-   ``D(lam) = Exp((1 - lam) rho0)`` is appended to the minus path, so the defected mismatch
-   ``Delta~ = Delta(q) D(lam)^-1`` is the identity at the guess for ``lam = 0`` and the physical
-   mismatch at ``lam = 1``. Every row type (point, revolute, weld, ...) is then evaluated on
-   ``Delta~`` exactly as on ``Delta``; because ``D`` is constant in q the rate
-   ``dDelta~ Delta~^-1 = dDelta Delta^-1`` is unchanged, so the Jacobian rows use the same
-   path derivatives (eq. (38)). Linear couplings use the equivalent vector-space defect
-   ``c(q) - (1 - lam) c(q_guess)``. We implement this group-level form (not the simpler
-   residual-space defect ``r(q) - (1 - lam) r(q_guess)``) because at ``lam = 0`` its Jacobian
-   is that of an exactly closed (artificial) mechanism, so rank and row selection at the start
-   see the rank structure of closed configurations (redundant rows stay redundant), as in the
-   paper.
+1. **Defect homotopy** (paper 001 eqs. (29)-(37)): the closure is deformed by the defect
+   ``D(lam) = Exp((1 - lam) rho0)`` of its mismatches at the guess, so that the guess closes it
+   at ``lam = 0`` and ``lam = 1`` is the physical closure (:mod:`jaxmech.corrector`).
 2. **Row selection**: the acquisition selector ``S0`` (pivoted QR of the defected passive block
    transposed, :func:`jaxmech.rank.select_rows`) is computed at the guess and held fixed for the
    whole run (eq. (40)).
-3. **Corrector** at fixed ``lam``: damped Gauss-Newton (Levenberg-Marquardt damping update,
-   eq. (46)) on the selected rows, passive coordinates only, steps in velocity coordinates applied
-   with :func:`jaxmech.integrate` (quaternions stay unit), passive bounds ``mech.lower/upper``
-   enforced by clipping, step length capped. Each iteration's damped Newton step is followed by
-   one *chord* step (option ``chord``): the residual alone at the Newton point, solved with the
-   same factorization, taken when the Newton step cut ``|f|^2`` below a tenth. The chord's
-   residual evaluation also tells whether the Newton point already meets the tolerances, and the
-   run then finishes there. A Newton-chord pair converges with order three; from 5 cm guesses
-   the Stewart needs 3 iterations instead of 5 (``benchmarks/PROFILE.md``, session 25).
-4. **Continuation**: adaptive ``lam`` increments, the first trial at ``lam = dlam0 = 1`` (the
-   physical closure itself: from guesses near a closed state, and from most rough ones, the
-   damped corrector converges there directly, in about 40 % fewer iterations and with more
-   successes than starting at ``lam = 0.5``; ``benchmarks/PROFILE.md``, session 21); a trial
-   point is accepted when the corrector converged, the *complete* raw defected residual is
-   small and the selected passive block's reciprocal condition is above ``rcond_min``;
-   otherwise the increment is halved; below ``dlam_min`` the run stops with ``STEP_TOO_SMALL``.
-5. At the physical solution the rank and the physical selector are recomputed (§2.3): the
+3. **Corrector and continuation** (:mod:`jaxmech.corrector`): damped Gauss-Newton with a chord
+   step on the selected rows at fixed ``lam``, adaptive ``lam`` increments starting at the
+   physical closure itself (``dlam0 = 1``) and halved on failure, all in one flattened
+   ``lax.while_loop``.
+4. At the physical solution the rank and the physical selector are recomputed (§2.3): the
    result carries the rank, the selected rows and their reciprocal condition (in the 1-norm, from
    the block's inverse, which also gives the last Newton correction). Ranks come from the diagonal
    of a column-pivoted QR (the factorization the row selection uses anyway), not an SVD.
 
-Every evaluation is the closure's own world-frame tree pass (``closure._evaluate``) with the
-defect applied to each mismatch. Everything is one flattened ``lax.while_loop`` (one
-residual+Jacobian evaluation and one residual evaluation per iteration),
-so ``jax.jit(jax.vmap(...))`` over many guesses costs the slowest state's iteration count and a
-failed state never poisons the others. Gradients of the returned ``q`` with respect to the
-active coordinates in ``q_guess`` and to the model parameters come from the implicit function
-theorem (``jax.custom_jvp``), not from the loop.
+This module holds the statuses, the result, the set-up before the loop (defect, pre-checks, row
+selection), the checks after it and the public entry; the loop is :mod:`jaxmech.corrector`'s.
+Gradients of the returned ``q`` with respect to the active coordinates in ``q_guess`` and to the
+model parameters come from the implicit function theorem (``jax.custom_jvp``), not from the loop.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import lu_factor, lu_solve
 
-from . import lie
 from ._entry import entry
 from .active_set import Partition, default_active, involved_coordinates, partition  # noqa: F401  (jm.assembly.*)
-from .closure import _evaluate, closure_residual_and_jacobian, group_mismatches
+from .closure import closure_residual_and_jacobian
+from .corrector import (
+    AssemblyOptions,
+    Defect,
+    _initial_state,
+    _inverse_rcond_1,
+    _loop,
+    _State,
+    defect_at,
+    defected_residual_and_jacobian,
+    make_options,
+)
+
+# re-exported: jm.assembly.running, rcond_1, defected_residual (the loop's names before it moved)
+from .corrector import defected_residual as defected_residual
+from .corrector import rcond_1 as rcond_1
+from .corrector import running as running
 from .implicit import _attach
-from .kinpass import integrate
 from .mechanism import Mechanism
 from .rank import numerical_rank, rcond, select_rows, select_rows_ranked  # noqa: F401  (jm.assembly.numerical_rank)
 from .status import Status, messages
@@ -104,60 +91,6 @@ class AssemblyError(RuntimeError):
     """Raised by ``assemble(..., throw=True)`` when a state did not converge."""
 
 
-@dataclass(frozen=True)
-class AssemblyOptions:
-    """Static solver options (hashable; pass as keyword arguments to :func:`assemble`).
-
-    ``tol``: max-abs selected residual at ``lam = 1`` (residual units: m, rad);
-    ``tol_mid``: the same at intermediate ``lam``; ``raw_tol`` / ``raw_tol_mid``: acceptance on the
-    complete raw (defected) residual; ``rcond_min``: acceptance on the selected passive block (its
-    1-norm reciprocal condition :func:`rcond_1`, inside the loop and at the solution) and the
-    ``singular`` threshold at the solution;
-    ``rank_rtol``: relative rank tolerance (on the pivoted-QR diagonal);
-    ``max_iter``: total corrector iterations; ``max_inner``: per homotopy point; ``dlam0`` /
-    ``dlam_min``: initial / minimum homotopy increment (``dlam0 = 1``: try the physical closure
-    first, halve on failure); ``max_step``: cap on the max-abs passive
-    step (rad, m) per iteration; ``mu0`` / ``mu_max``: initial / give-up LM damping (relative to
-    the largest diagonal entry of ``J^T J``); ``xtol``: a converged solution whose Newton
-    correction ``|R_p^-1 rho_sel|`` (the passive-coordinate error estimate, rad / m) exceeds
-    ``xtol`` is reported ``SINGULAR`` (at a singular root, e.g. a four-bar dead centre, the
-    residual vanishes quadratically while the coordinates are resolved only to its square root);
-    ``rcond_fail``: a failed run whose last passive block had a reciprocal condition below this
-    is reported ``SINGULAR`` (the continuation ran into a fold: dead centre, workspace boundary)
-    rather than ``STEP_TOO_SMALL`` / ``MAX_ITERATIONS``; ``chord``: after a damped Newton step that
-    cut the selected residual's squared norm below a tenth, take one chord step in the same
-    iteration (the residual alone at the new point, solved with the same factorization: about a
-    third of a full iteration's cost, and a Newton-chord pair converges with order three).
-
-    In float32 the tolerances are floored at ``4 eps`` (selected rows), ``1000 eps`` (raw rows)
-    and ``1e4 eps`` (``xtol``); measured on the four-bar: residual 4e-7, angle error 2e-6 rad."""
-
-    tol: float = 1e-13
-    tol_mid: float = 1e-8
-    raw_tol: float = 1e-9
-    raw_tol_mid: float = 1e-5
-    rcond_min: float = 1e-8
-    rank_rtol: float = 1e-9
-    max_iter: int = 150
-    max_inner: int = 12
-    dlam0: float = 1.0
-    dlam_min: float = 1.0 / 256
-    max_step: float = 0.5
-    mu0: float = 1e-6
-    mu_max: float = 1e8
-    xtol: float = 1e-10
-    rcond_fail: float = 1e-4
-    chord: bool = True
-
-
-def make_options(**kw) -> AssemblyOptions:
-    names = {f.name for f in fields(AssemblyOptions)}
-    bad = sorted(set(kw) - names)
-    if bad:
-        raise TypeError(f"unknown assembly options {bad} (known: {', '.join(sorted(names))})")
-    return AssemblyOptions(**kw)
-
-
 class AssemblyResult(eqx.Module):
     """Result of :func:`assemble` (leading batch axes when vmapped).
 
@@ -191,261 +124,6 @@ class AssemblyResult(eqx.Module):
         if s.ndim == 0:
             return STATUS_MESSAGES[int(s)]
         return [STATUS_MESSAGES[int(k)] for k in s.ravel()]
-
-
-# ----------------------------------------------------------------------------- defected closure
-
-
-class Defect(NamedTuple):
-    """Per-group initial closure logs ``rho0`` ((n_g, 6) each) and coupling values at the guess."""
-
-    rho0: tuple
-    c0: jnp.ndarray
-
-
-def defect_at(mech: Mechanism, q0: jnp.ndarray) -> Defect:
-    """The defect data of paper 001 eq. (30): ``rho0 = Log(Delta0)`` per closure element."""
-    rho0 = tuple(lie.se3_log(D) for D in group_mismatches(mech, q0))
-    c0 = mech.coupling_q @ q0 + mech.coupling_offset
-    return Defect(rho0, c0)
-
-
-def defected_residual_and_jacobian(mech: Mechanism, q: jnp.ndarray, lam, defect: Defect):
-    """Raw defected residual (s,) and Jacobian (s, nv) (paper 001 eqs. (34)-(39)):
-    rows of ``Delta(q) Exp((1 - lam) rho0)^-1``; ``lam = 1`` gives the physical closure. The
-    closure's own world-frame pass with the defect applied to each ``Delta`` (the Jacobian rows
-    are the physical ones: ``D`` is constant in q)."""
-    Dinv = tuple(lie.se3_exp(-(1.0 - lam) * rho0) for rho0 in defect.rho0)
-    r, J = _evaluate(mech, q, None, True, Dinv)
-    if mech.topo.coupling_names:
-        r = r.at[mech.topo.coupling_rows :].add(-(1.0 - lam) * defect.c0)
-    return r, J
-
-
-def defected_residual(mech: Mechanism, q: jnp.ndarray, lam, defect: Defect) -> jnp.ndarray:
-    """The raw defected residual (s,) of :func:`defected_residual_and_jacobian`, without the Jacobian."""
-    Dinv = tuple(lie.se3_exp(-(1.0 - lam) * rho0) for rho0 in defect.rho0)
-    r, _ = _evaluate(mech, q, None, False, Dinv)
-    if mech.topo.coupling_names:
-        r = r.at[mech.topo.coupling_rows :].add(-(1.0 - lam) * defect.c0)
-    return r
-
-
-# ----------------------------------------------------------------------------- corrector loop
-
-
-class _State(NamedTuple):
-    q: jnp.ndarray  # current trial iterate (at lam trial)
-    q_acc: jnp.ndarray  # last accepted homotopy point
-    lam_acc: jnp.ndarray
-    dlam: jnp.ndarray
-    mu: jnp.ndarray
-    q_good: jnp.ndarray  # best corrector iterate at this lam
-    f_good: jnp.ndarray
-    J_good: jnp.ndarray
-    fn_good: jnp.ndarray
-    rc_good: jnp.ndarray
-    raw_good: jnp.ndarray
-    fresh: jnp.ndarray  # first evaluation at this lam trial
-    inner: jnp.ndarray
-    it: jnp.ndarray
-    finished: jnp.ndarray
-    too_small: jnp.ndarray
-
-
-def _tols(opts: AssemblyOptions, dtype):
-    eps = float(jnp.finfo(dtype).eps)
-    return (
-        max(opts.tol, 4 * eps),
-        max(opts.tol_mid, 4 * eps),
-        max(opts.raw_tol, 1000 * eps),
-        max(opts.raw_tol_mid, 1000 * eps),
-    )
-
-
-def _step(mech, part: Partition, q, dvp, opts):
-    """Apply a passive velocity-space step (capped) and clip passive 1-dof coordinates to bounds."""
-    p = np.asarray(part.passive, int)
-    m = jnp.max(jnp.abs(dvp)) if dvp.size else jnp.zeros((), q.dtype)
-    dvp = dvp * jnp.minimum(1.0, opts.max_step / jnp.maximum(m, 1e-300))
-    qn = integrate(mech, q, jnp.zeros(mech.nv, q.dtype).at[p].set(dvp))
-    if part.p_lin_q:
-        iq = np.asarray(part.p_lin_q, int)
-        qn = qn.at[iq].set(jnp.clip(qn[iq], mech.lower[iq], mech.upper[iq]))
-    return qn
-
-
-def rcond_1(J):
-    """Reciprocal condition of a square block in the 1-norm, ``1 / (|J|_1 |J^-1|_1)`` (exact, from
-    the inverse; 0 when singular or non-finite). Cheaper than the 2-norm value, which needs an SVD
-    (Stewart, 18 x 18, batch 1,024: 5.4 against 15.5 us per state), and within a factor ``n`` of
-    it. The corrector's acceptance and the final check both use it."""
-    return _inverse_rcond_1(J)[1]
-
-
-def _inverse_rcond_1(J):
-    """``(J^-1, rcond_1(J))`` of a square block ``J`` (n, n) from one inverse (LU)."""
-    n = J.shape[0]
-    if n == 0:
-        return J, jnp.ones((), J.dtype)
-    Ji = jnp.linalg.inv(J)
-    nrm = jnp.max(jnp.sum(jnp.abs(J), 0)) * jnp.max(jnp.sum(jnp.abs(Ji), 0))
-    ok = jnp.isfinite(nrm) & (nrm > 0)
-    return Ji, jnp.where(ok, 1.0 / jnp.where(ok, nrm, 1.0), 0.0)
-
-
-def _lm_factor(J, mu):
-    """LU factors of the Levenberg-Marquardt matrix ``J^T J + mu s I`` (s = max diag of J^T J)."""
-    A = J.T @ J
-    s = jnp.maximum(jnp.max(jnp.diag(A)), jnp.finfo(J.dtype).tiny)
-    return lu_factor(A + mu * s * jnp.eye(A.shape[0], dtype=A.dtype))
-
-
-def _lm_solve(lu, J, f):
-    """The step ``d = -(J^T J + mu s I)^-1 J^T f`` from :func:`_lm_factor`'s factors (0 if not finite)."""
-    d = lu_solve(lu, -J.T @ f)
-    return jnp.where(jnp.all(jnp.isfinite(d)), d, 0.0)
-
-
-def _homotopy(
-    mech, part: Partition, q_init, defect: Defect, sel, lam0, dlam0, done0, opts: AssemblyOptions, check_chord=False
-):
-    """The flattened continuation + corrector loop; returns the final :class:`_State`."""
-    cond, body = _loop(mech, part, defect, sel, opts, check_chord)
-    return jax.lax.while_loop(cond, body, _initial_state(part, q_init, lam0, dlam0, done0, opts))
-
-
-def _initial_state(part: Partition, q_init, lam0, dlam0, done0, opts: AssemblyOptions) -> _State:
-    """The loop state before the first corrector iteration (``done0``: skip the loop)."""
-    n_p = len(part.passive)
-    dt = q_init.dtype
-    return _State(
-        q_init,
-        q_init,
-        jnp.asarray(lam0, dt),
-        jnp.asarray(dlam0, dt),
-        jnp.asarray(opts.mu0, dt),
-        q_init,
-        jnp.zeros(n_p, dt),
-        jnp.zeros((n_p, n_p), dt),
-        jnp.asarray(jnp.inf, dt),
-        jnp.ones((), dt),
-        jnp.asarray(jnp.inf, dt),
-        jnp.asarray(True),
-        jnp.zeros((), jnp.int32),
-        jnp.zeros((), jnp.int32),
-        jnp.asarray(False),
-        jnp.asarray(done0),
-    )
-
-
-def _loop(mech, part: Partition, defect: Defect, sel, opts: AssemblyOptions, check_chord: bool = False):
-    """``(cond, body)`` of the corrector loop over :class:`_State` (one state, unbatched).
-    ``check_chord`` (static): also evaluate the residual at the chord step's end, so that an
-    iteration can finish there (tracking's corrector: one iteration per step instead of two
-    where the Newton point just misses the tolerance; assembly's first iterations are far from
-    closure, where the extra evaluation would only cost)."""
-    p = np.asarray(part.passive, int)
-    n_p = p.size
-
-    def evaluate(q, lam):
-        r, J = defected_residual_and_jacobian(mech, q, lam, defect)
-        return r, J[sel][:, p]
-
-    def newton_chord(q, f, J, fn, mu, lam):
-        """``(q_next, q_done, done)``: a damped Newton step from ``q`` to ``q1``, then (with
-        ``opts.chord``) one chord step with the same factors to ``q2`` where the Newton step cut
-        ``|f|^2`` below ``fn / 10``. ``done``: ``q1`` (or, with ``check_chord``, else ``q2``), returned
-        as ``q_done``, already meets the physical closure's tolerances (selected and raw rows; seen
-        by the chord's residual evaluations, so no further iteration is needed)."""
-        if n_p == 0:
-            return q, q, jnp.asarray(False)
-        lu = _lm_factor(J, mu)
-        q1 = _step(mech, part, q, _lm_solve(lu, J, f), opts)
-        if not opts.chord:
-            return q1, q1, jnp.asarray(False)
-        tol, _, raw_tol, _ = _tols(opts, q.dtype)
-
-        def closed(r):
-            fs = r[sel]
-            return (jnp.max(jnp.abs(fs)) <= tol) & (jnp.max(jnp.abs(r)) <= raw_tol), jnp.sum(fs * fs)
-
-        r1 = defected_residual(mech, q1, lam, defect)
-        done1, fn1 = closed(r1)
-        contracting = fn1 < 0.1 * fn  # False for non-finite residuals
-        q2 = jnp.where(contracting, _step(mech, part, q1, _lm_solve(lu, J, r1[sel]), opts), q1)
-        if not check_chord:
-            return q2, q1, done1
-        done2, _ = closed(defected_residual(mech, q2, lam, defect))
-        return q2, jnp.where(done1, q1, q2), done1 | (contracting & done2)
-
-    def body(s: _State) -> _State:
-        dt = s.q.dtype
-        tol, tol_mid, raw_tol, raw_tol_mid = _tols(opts, dt)
-        lam = jnp.minimum(s.lam_acc + s.dlam, 1.0)
-        r, Jp = evaluate(s.q, lam)
-        f = r[sel]
-        fn = jnp.sum(f * f)
-        finite = jnp.all(jnp.isfinite(r)) & jnp.all(jnp.isfinite(Jp))
-        improved = finite & (s.fresh | (fn < s.fn_good))
-        rc = rcond_1(Jp)
-        raw = jnp.max(jnp.abs(r))
-        q_good = jnp.where(improved, s.q, s.q_good)
-        f_good = jnp.where(improved, f, s.f_good)
-        J_good = jnp.where(improved, Jp, s.J_good)
-        fn_good = jnp.where(improved, fn, s.fn_good)
-        rc_good = jnp.where(improved, rc, s.rc_good)
-        raw_good = jnp.where(improved, raw, s.raw_good)
-        is_one = lam >= 1.0
-        tl = jnp.where(is_one, tol, tol_mid)
-        fmax_good = jnp.sqrt(fn_good)  # 2-norm >= max-abs
-        conv = (improved & (jnp.max(jnp.abs(f)) <= tl)) | (~improved & is_one & (fmax_good <= 100 * tl) & (s.mu > 1.0))
-        if n_p == 0:
-            conv = finite
-        raw_ok = raw_good <= jnp.where(is_one, raw_tol, raw_tol_mid)
-        accept = conv & raw_ok & (rc_good >= opts.rcond_min)
-        mu = jnp.where(improved, jnp.where(s.fresh, s.mu, jnp.maximum(s.mu * 0.1, 1e-15)), s.mu * 10.0)
-        fail_inner = ~conv & ((s.inner + 1 >= opts.max_inner) | (mu > opts.mu_max))
-        reject = (conv & ~accept) | fail_inner
-        q_try, q_done, done = newton_chord(q_good, f_good, J_good, fn_good, mu, lam)
-        # the Newton or chord point already meets the tolerances: finish there
-        early = is_one & ~(accept | reject) & done & (rc_good >= opts.rcond_min)
-        finished = (accept & is_one) | early
-        lam_acc = jnp.where(accept | early, lam, s.lam_acc)
-        q_acc = jnp.where(accept, q_good, jnp.where(early, q_done, s.q_acc))
-        grow = jnp.where(s.inner <= 4, 2.0, 1.0)
-        dlam = jnp.where(accept, jnp.minimum(s.dlam * grow, 1.0 - lam_acc), jnp.where(reject, 0.5 * s.dlam, s.dlam))
-        too_small = reject & (dlam < opts.dlam_min)
-        new = accept | reject | early
-        q_next = jnp.where(new, q_acc, q_try)
-        return _State(
-            q_next,
-            q_acc,
-            lam_acc,
-            dlam,
-            jnp.where(new, opts.mu0, mu),
-            q_good,
-            f_good,
-            J_good,
-            jnp.where(new, jnp.inf, fn_good),
-            rc_good,
-            raw_good,
-            new,
-            jnp.where(new, 0, s.inner + 1),
-            s.it + 1,
-            s.finished | finished,
-            too_small,
-        )
-
-    def cond(s: _State):
-        return running(s, opts)
-
-    return cond, body
-
-
-def running(s: _State, opts: AssemblyOptions):
-    """Whether the corrector loop would run another iteration on ``s`` (bool, batched like ``s``)."""
-    return ~(s.finished | s.too_small) & (s.it < opts.max_iter)
 
 
 # ----------------------------------------------------------------------------- public entry

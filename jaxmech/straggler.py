@@ -32,17 +32,8 @@ import numpy as np
 
 from ._jit import jit
 from .active_set import partition
-from .assembly import (
-    AssemblyResult,
-    _assemble_one,
-    _complete,
-    _loop,
-    _setup,
-    _start,
-    _trivial,
-    make_options,
-    running,
-)
+from .assembly import AssemblyResult, _assemble_one, _complete, _setup, _start, _trivial, make_options
+from .corrector import _loop, running
 from .independent import mobility
 from .mechanism import Mechanism
 

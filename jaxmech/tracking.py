@@ -28,18 +28,15 @@ from .assembly import (
     CONVERGED,
     STATUS_MESSAGES,
     AssemblyOptions,
-    Defect,
     Partition,
     _assemble_impl,
     _checks,
-    _homotopy,
     _raise_if_failed,
-    defect_at,
-    defected_residual_and_jacobian,
     make_options,
     partition,
 )
 from .closure import closure_jacobian
+from .corrector import Defect, _homotopy, defect_at, defected_residual_and_jacobian
 from .implicit import _attach
 from .independent import coordinate_names
 from .kinpass import difference, integrate
