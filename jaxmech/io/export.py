@@ -55,8 +55,12 @@ coupling       joint equality (one or two joints; ``polycoef`` from the linear r
 Names: MuJoCo wants the names of each kind (joint, site, tendon, equality, actuator) unique. The
 named frames' sites are written first, under their own names; a generated name (closure sites,
 tendons, equalities, actuators, the ``__1`` / ``__2`` joints) already taken by an element of the
-same kind gets the first free suffix ``_1``, ``_2``, ... (a model loaded from MJCF keeps its
-closures' sites, e.g. ``<loop>__a``, as named frames). Names that do not collide are unchanged.
+same kind gets the first free suffix ``_1``, ``_2``, ... Names that do not collide are unchanged.
+A model loaded from an exported MJCF keeps its closures' sites as named frames (``<loop>__a``;
+a revolute cut's ``<loop>__a0`` / ``__a1`` for its closures ``<loop>__0`` / ``__1``; a universal
+cut's ``<loop>__ax`` / ``__by`` for its twist closure ``<loop>__twist``): a closure end at such a
+frame (same body, same pose) uses the frame's site instead of writing another one, so exporting
+it again writes the same names.
 
 Actuators: when the mechanism has ports, they are its actuators: a ``motor`` per joint port (its
 gear) and a spatial tendon between the two frames with a tendon ``motor`` per distance port

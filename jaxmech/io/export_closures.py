@@ -27,6 +27,28 @@ class _Cut(NamedTuple):
     value: float
 
 
+def _end_names(loop: str, side: str) -> tuple[str, ...]:
+    """The names an export gives the site at end ``side`` (``a`` / ``b``) of the closure that
+    :func:`jaxmech.load` reads back as closure ``loop``: ``<loop>__<side>`` and, for ``<base>__<k>``
+    (``k`` 0 / 1: one of the two connects of a revolute cut), ``<base>__<side><k>``, for
+    ``<base>__twist`` (the twist row of a universal cut), ``<base>__ax`` / ``<base>__by``."""
+    out = (f"{loop}__{side}",)
+    base, _, tail = loop.rpartition("__")
+    if base and tail in ("0", "1"):
+        out += (f"{base}__{side}{tail}",)
+    elif base and tail == "twist":
+        out += (f"{base}__{'ax' if side == 'a' else 'by'}",)
+    return out
+
+
+def _end_site(doc: MjcfDoc, body: int, T: np.ndarray, names: tuple[str, ...]) -> str:
+    """The site of a closure end on ``body`` at pose ``T`` (4, 4): the named frame's site already
+    there if one is named after ``names`` (a model loaded from an exported MJCF keeps its closures'
+    sites as named frames, so a re-export writes the same sites and names), else a new site
+    ``names[0]`` (made unique)."""
+    return doc.frame_site_at(body, T, names) or doc.site(body, names[0], T)
+
+
 def _closure_kind(typ: str, rows: tuple[int, ...], revolute_cut: str) -> str | None:
     """How a closure of type ``typ`` is written: ``point`` / ``weld`` / ``universal`` /
     ``revolute`` / ``distance``, or ``None`` (or another type) when it is not exported. ``rows``:
@@ -59,7 +81,7 @@ def emit_closures(mech, qr: np.ndarray, doc: MjcfDoc, revolute_span: float, revo
         elif kind == "revolute":
             _emit_revolute_cut(doc, cut, revolute_span)
         elif kind == "distance":
-            sa, sb = doc.site(a, f"{nm}__a", cut.A), doc.site(b, f"{nm}__b", cut.B)
+            sa, sb = _end_site(doc, a, cut.A, _end_names(nm, "a")), _end_site(doc, b, cut.B, _end_names(nm, "b"))
             _length_equality(doc, nm, sa, sb, cut.value, Tw, a, b, cut.A, cut.B)
         else:
             warnings.warn(f"{t.name}: {typ} closure '{nm}' has no MuJoCo equality; not exported", stacklevel=3)
@@ -71,12 +93,12 @@ def _emit_site_equality(doc: MjcfDoc, cut: _Cut, kind: str, Tw: np.ndarray, revo
     between points ``revolute_span`` (m) along A's x and B's y axes. ``Tw`` (nb, 4, 4): body poses
     in the world at the reference configuration."""
     nm, a, b, A, B = cut.name, cut.a, cut.b, cut.A, cut.B
-    sa, sb = doc.site(a, f"{nm}__a", A), doc.site(b, f"{nm}__b", B)
+    sa, sb = _end_site(doc, a, A, _end_names(nm, "a")), _end_site(doc, b, B, _end_names(nm, "b"))
     ET.SubElement(doc.eq, "weld" if kind == "weld" else "connect", name=doc.unique("equality", nm), site1=sa, site2=sb)
     if kind == "universal":  # twist row x_A . y_B = c: |(p_A + s x_A) - (p_B + s y_B)| = s sqrt(2 - 2c)
         ex, ey = np.eye(4), np.eye(4)
         ex[0, 3] = ey[1, 3] = revolute_span
-        sx, sy = doc.site(a, f"{nm}__ax", A @ ex), doc.site(b, f"{nm}__by", B @ ey)
+        sx, sy = _end_site(doc, a, A @ ex, (f"{nm}__ax",)), _end_site(doc, b, B @ ey, (f"{nm}__by",))
         target = revolute_span * np.sqrt(max(2.0 - 2.0 * cut.value, 0.0))
         _length_equality(doc, f"{nm}__twist", sx, sy, target, Tw, a, b, A @ ex, B @ ey)
 
@@ -88,7 +110,7 @@ def _emit_revolute_cut(doc: MjcfDoc, cut: _Cut, revolute_span: float) -> None:
     off = np.eye(4)
     off[2, 3] = revolute_span
     for k, (TA, TB) in enumerate(((cut.A, cut.B), (cut.A @ off, cut.B @ off))):
-        sa, sb = doc.site(cut.a, f"{nm}__a{k}", TA), doc.site(cut.b, f"{nm}__b{k}", TB)
+        sa, sb = _end_site(doc, cut.a, TA, (f"{nm}__a{k}",)), _end_site(doc, cut.b, TB, (f"{nm}__b{k}",))
         ET.SubElement(doc.eq, "connect", name=doc.unique("equality", f"{nm}__{k}"), site1=sa, site2=sb)
 
 

@@ -142,9 +142,11 @@ def _emit_body(mech, d: TreeData, doc: MjcfDoc, parent: int, i: int, Xi: np.ndar
 
 def emit_frames(mech, doc: MjcfDoc) -> None:
     """Each named frame as a site on its body (pose from ``mech.frame_pose``, (nframes, 4, 4)); its
-    name goes into ``doc.frame_site``. Written before any generated site, so the frames keep their
-    names."""
+    name goes into ``doc.frame_site``, its body and pose into ``doc.frame_at``. Written before any
+    generated site, so the frames keep their names."""
     t = mech.topo
     fpose = np.array(mech.frame_pose)
     for k, f in enumerate(t.frame_names):
-        doc.frame_site[k] = doc.site(int(t.frame_body[k]), f, fpose[k])
+        body = int(t.frame_body[k])
+        doc.frame_site[k] = site = doc.site(body, f, fpose[k])
+        doc.frame_at[site] = (body, fpose[k])

@@ -30,8 +30,9 @@ class MjcfDoc:
     (``-1`` the worldbody), the host and pose (4, 4) in the host's frame of each body merged into
     another (``place``), the ``<equality>``, ``<tendon>`` and ``<actuator>`` sections, the
     MuJoCo joint name of each velocity / coordinate index it wrote (hinge and slide joints only),
-    the site name of each named frame and the names used so far, by kind (``joint``, ``site``,
-    ``tendon``, ``equality``, ``actuator``)."""
+    the site name of each named frame (``frame_site``, by frame index) and, by site name, its body
+    index and pose (4, 4) in that body (``frame_at``), and the names used so far, by kind
+    (``joint``, ``site``, ``tendon``, ``equality``, ``actuator``)."""
 
     elems: dict[int, ET.Element]
     eq: ET.Element
@@ -40,6 +41,7 @@ class MjcfDoc:
     v_joint: dict[int, str] = field(default_factory=dict)
     q_joint: dict[int, str] = field(default_factory=dict)
     frame_site: dict[int, str] = field(default_factory=dict)
+    frame_at: dict[str, tuple[int, np.ndarray]] = field(default_factory=dict)
     used: dict[str, set[str]] = field(default_factory=dict)
     place: dict[int, tuple[int, np.ndarray]] = field(default_factory=dict)
 
@@ -64,3 +66,12 @@ class MjcfDoc:
             T = Tb @ T
         ET.SubElement(self.elems[body], "site", name=nm, pos=fmt(T[:3, 3]), quat=fmt(quat_wxyz(T[:3, :3])))
         return nm
+
+    def frame_site_at(self, body: int, T: np.ndarray, names: tuple[str, ...]) -> str | None:
+        """The first of ``names`` that is a named frame's site on ``body`` (index, ``-1`` world) at
+        pose ``T`` (4, 4, to 1e-9) in the body's frame, else ``None``."""
+        for nm in names:
+            b, Tf = self.frame_at.get(nm, (None, None))
+            if b == int(body) and np.allclose(Tf, T, rtol=0.0, atol=1e-9):
+                return nm
+        return None
