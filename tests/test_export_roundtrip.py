@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import warnings
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import jax
@@ -184,3 +185,27 @@ def test_mjcf_loaded_closures_round_trip(name, tmp_path):
     assert back.n_rows == mech.n_rows
     assert back.topo.loop_types == mech.topo.loop_types
     assert np.max(np.abs(np.asarray(_res(back, back.q0)))) <= 1e-10  # MuJoCo's qpos0 is closed
+
+
+def _xml_names(path) -> list[tuple]:
+    """Each element's tag, name and the names it refers to (sites, joints, tendons), in file order."""
+    refs = ("name", "model", "site", "site1", "site2", "joint", "joint1", "joint2", "tendon", "tendon1")
+    return [(el.tag, *(el.get(k) for k in refs)) for el in ET.parse(path).getroot().iter()]
+
+
+@pytest.mark.parametrize("path", ["four_bar.toml", "stewart.xml", "cmg_variants.json"])
+def test_reexport_keeps_names(path, tmp_path):
+    """Exporting a model loaded from an exported MJCF writes the same names: the closures' sites came
+    back as named frames, and export used to write them again beside the frames with a suffix
+    (``cut_0__a_1``, one more per round trip; a revolute cut's ``<loop>__0__a`` beside
+    ``<loop>__a0``, a universal cut's ``<loop>__twist__a`` beside ``<loop>__ax``). Covers point,
+    revolute (two connects), universal (connect + twist tendon) closures, ports and a coupling."""
+    src = CONFIGS / path if (CONFIGS / path).exists() else DATA / path
+    mech = jm.load(src)
+    first = tmp_path / "a" / f"{mech.name}.xml"
+    first.parent.mkdir()
+    jm.export_mjcf(mech, first)
+    again = tmp_path / f"{mech.name}.xml"
+    jm.export_mjcf(jm.load(first), again)
+    mujoco.MjModel.from_xml_path(str(again))
+    assert _xml_names(again) == _xml_names(first)
