@@ -136,10 +136,12 @@ def _finish(mech, part, q_out, opts, pre_status, finished, too_small, rc_last, d
 
 def _checks(mech, part, q_out, opts, pre_status, finished, too_small, rc_last, dtype):
     """:func:`_finish`'s checks and status, plus the closure Jacobian ``C`` (s, nv) at ``q_out``
-    they evaluated (tracking's next tangent predictor reuses it)."""
+    they evaluated and the inverse ``Ji`` (n_p, n_p) of its selected passive block ``C[rows][:, p]``
+    (zeros where there is none): tracking's next tangent predictor reuses both."""
     p = np.asarray(part.passive, int)
     n_p = p.size
     C = jnp.zeros((0, mech.nv), dtype)
+    Ji = jnp.zeros((n_p, n_p), dtype)
     if mech.n_rows:
         r, C = closure_residual_and_jacobian(mech, q_out)
         rank = _qr_rank(C, opts.rank_rtol)
@@ -177,7 +179,7 @@ def _checks(mech, part, q_out, opts, pre_status, finished, too_small, rc_last, d
         jnp.where(at_bound, OUT_OF_BOUNDS, jnp.where(too_small, STEP_TOO_SMALL, MAX_ITERATIONS)),
     )
     status = jnp.where(pre_status >= 0, pre_status, jnp.where(finished, ok_status, fail_status)).astype(jnp.int32)
-    return status, residual, rank, rc, rows, C
+    return status, residual, rank, rc, rows, C, Ji
 
 
 def _qr_rank(A, rtol):

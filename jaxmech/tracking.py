@@ -100,18 +100,17 @@ class _Carry(NamedTuple):
     rows: jnp.ndarray
     corr: jnp.ndarray  # (nv,) last step's corrector displacement (q_new minus the prediction)
     step2: jnp.ndarray  # squared size of the last step's active move (0 before the first)
-    C: jnp.ndarray  # (s, nv) closure Jacobian at q (the last step's final checks evaluated it)
+    T: jnp.ndarray  # (n_p, nv) tangent predictor at q: -C_p^-1 C on the rows its final checks selected
 
 
 def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, carry: _Carry, a_k):
     p = np.asarray(part.passive, int)
     dt = carry.q.dtype
-    q_prev, rows, corr, step2, C = carry
+    q_prev, rows, corr, step2, T = carry
     q_tgt = q_prev.at[aq].set(a_k.astype(dt))
     dv_a = difference(mech, q_prev, q_tgt)
     dv_a = dv_a.at[p].set(0.0)
-    Rp = C[rows][:, p]
-    dv_p = -jnp.linalg.solve(Rp, C[rows] @ dv_a)  # paper 001 eq. (58): D psi dv_a
+    dv_p = T @ dv_a  # paper 001 eq. (58): D psi dv_a
     # second-order term: the tangent predictor's error is quadratic in the step, so the last
     # step's corrector displacement, scaled by the squared step ratio, predicts this one's
     s2 = jnp.sum(dv_a * dv_a)
@@ -151,7 +150,7 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
     finished = direct_ok | h_finished
     rc_last = jnp.where(direct_ok, d.rc_good, h_rc)
     pre = jnp.asarray(-1, jnp.int32)
-    status, residual, rank, rc, new_rows, C_new = _checks(
+    status, residual, rank, rc, new_rows, C_new, Ji = _checks(
         mech, part, q_new, opts, pre, finished, h_too_small, rc_last, dt
     )
     ok = status == CONVERGED
@@ -161,7 +160,10 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
     keep = ok & direct_ok
     # the whole deviation from the tangent predictor: the second-order term used plus the correction
     corr_next = jnp.where(keep, difference(mech, q_pred, q_new).at[p].add(second), 0.0)
-    return _Carry(q_new, rows_next, corr_next, jnp.where(keep, s2, 0.0), C_new), out
+    # the next tangent predictor from the checks' own factors: the inverse of the selected passive
+    # block on the rows selected at q_new (the predictor's LU solve per step is gone)
+    T_next = -Ji @ C_new[new_rows] if C_new.shape[0] else jnp.zeros((p.size, mech.nv), dt)
+    return _Carry(q_new, rows_next, corr_next, jnp.where(keep, s2, 0.0), T_next), out
 
 
 def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = False, **options) -> TrackResult:
@@ -204,7 +206,9 @@ def _track_one(mech: Mechanism, q_start, active_path, active, options: tuple) ->
     m = jax.lax.stop_gradient(mech)
     ps = jax.lax.stop_gradient(path).astype(dt)
     first = _assemble_impl(m, jax.lax.stop_gradient(q_start).astype(dt).at[aq].set(ps[0]), part, opts)
-    carry0 = _Carry(first.q, first.rows, jnp.zeros(mech.nv, dt), jnp.zeros((), dt), closure_jacobian(m, first.q))
+    C0 = closure_jacobian(m, first.q)[first.rows]
+    T0 = -jnp.linalg.solve(C0[:, part.passive], C0) if C0.shape[0] else jnp.zeros((len(part.passive), mech.nv), dt)
+    carry0 = _Carry(first.q, first.rows, jnp.zeros(mech.nv, dt), jnp.zeros((), dt), T0)
 
     def step(c, a_k):
         return _track_step(m, part, aq, opts, c, a_k)
