@@ -144,10 +144,11 @@ def _checks(mech, part, q_out, opts, pre_status, finished, too_small, rc_last, d
     Ji = jnp.zeros((n_p, n_p), dtype)
     if mech.n_rows:
         r, C = closure_residual_and_jacobian(mech, q_out)
-        rank = _qr_rank(C, opts.rank_rtol)
         residual = jnp.max(jnp.abs(r))
+        k = min(n_p, mech.n_rows)
+        rows, rank_p = select_rows_ranked(C[:, p], k, opts.rank_rtol) if k else (jnp.zeros(0, jnp.int32), 0)
+        rank = _closure_rank(C, rank_p, opts.rank_rtol) if n_p >= mech.n_rows else _qr_rank(C, opts.rank_rtol)
         if n_p <= mech.n_rows:
-            rows = select_rows_ranked(C[:, p], n_p)[0] if n_p else jnp.zeros(0, jnp.int32)
             Rp = C[rows][:, p]
             finite = jnp.all(jnp.isfinite(Rp))
             Ji, rc = _inverse_rcond_1(jnp.where(finite, Rp, jnp.eye(n_p, dtype=dtype)))
@@ -180,6 +181,22 @@ def _checks(mech, part, q_out, opts, pre_status, finished, too_small, rc_last, d
     )
     status = jnp.where(pre_status >= 0, pre_status, jnp.where(finished, ok_status, fail_status)).astype(jnp.int32)
     return status, residual, rank, rc, rows, C, Ji
+
+
+def _closure_rank(C, rank_p, rtol):
+    """Numerical rank of ``C`` (s, nv) when ``s <= n_p``, given the rank ``rank_p`` of its passive
+    columns: ``s`` where those already have full row rank, else from a pivoted QR of all of ``C``.
+    The QR sits in a ``while_loop`` of at most one pass, so a vmapped batch computes it only when
+    some state needs it (a ``lax.cond`` would run it for every state), and reads ``C`` from the
+    loop's carry so that XLA cannot hoist it out of the loop."""
+    s = C.shape[0]
+    full = jnp.asarray(rank_p, jnp.int32) >= s
+
+    def once(c):  # the QR input depends on the carried rank, which the pass changes: not invariant
+        return jnp.asarray(True), _qr_rank(jnp.where(c[1] >= 0, c[2], jnp.nan), rtol), c[2]
+
+    _, rank, _ = jax.lax.while_loop(lambda c: ~c[0], once, (full, jnp.asarray(s, jnp.int32), C))
+    return rank
 
 
 def _qr_rank(A, rtol):
