@@ -208,14 +208,15 @@ def _prechecks(mech, part, q_in, finite_in, J0, opts):
     """Status before any iteration (-1: none) and the starting row selection (paper 001 eq. (40)):
     non-finite input, active out of bounds, over-/under-determined active set, singular start
     (eq. (39)). Ranks from pivoted QR (:func:`jaxmech.rank.select_rows_ranked`): the selection's
-    own factorization gives the passive block's rank, a second one the full Jacobian's."""
+    own factorization gives the passive block's rank, a second one the full Jacobian's, only where
+    the first cannot (:func:`_closure_rank`)."""
     p = np.asarray(part.passive, int)
     n_p = p.size
     pre = jnp.asarray(-1, jnp.int32)
     sel0 = jnp.zeros(n_p, jnp.int32)
     if mech.n_rows:
-        r0 = _qr_rank(J0, opts.rank_rtol)
         sel0, rp0 = select_rows_ranked(J0[:, p], n_p, opts.rank_rtol) if n_p else (sel0, jnp.zeros((), jnp.int32))
+        r0 = _closure_rank(J0, rp0, opts.rank_rtol) if n_p >= mech.n_rows else _qr_rank(J0, opts.rank_rtol)
         pre = jnp.where(rp0 < n_p, jnp.where(r0 < n_p, UNDERDETERMINED, SINGULAR), pre)
         pre = jnp.where(r0 > n_p, OVERDETERMINED, pre)
     if part.a_lin_q:
