@@ -405,3 +405,28 @@ def test_track_falls_back_to_homotopy_and_batches(four_bar):
         q = np.asarray(res.q)[k]
         err = [np.abs(wrap(q[i] - nearest_branch(q[i], q[i : i + 1, 0], **FB)[0])).max() for i in range(40)]
         assert max(err) <= 1e-10
+
+
+def test_closure_rank_skips_its_qr_only_where_the_passive_block_has_full_row_rank():
+    """``_closure_rank`` gives rank(C) in a vmapped batch that mixes states whose passive columns
+    have full row rank (rank s without a QR) with states where they do not (the QR decides):
+    compared with numpy's SVD rank of each matrix."""
+    p = np.array([0, 1])
+    mats = np.array(
+        [
+            [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]],  # passive block full rank: 2
+            [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]],  # passive rank 1, whole C rank 2
+            [[1.0, 0.0, 0.0], [2.0, 0.0, 0.0]],  # rank 1 either way
+            [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]],  # rank 0
+        ]
+    )
+
+    @jax.jit
+    @jax.vmap
+    def ranks(C):
+        _, rank_p = A.select_rows_ranked(C[:, p], p.size, 1e-9)
+        return rank_p, A._closure_rank(C, rank_p, 1e-9)
+
+    rank_p, rank = ranks(jnp.asarray(mats))
+    np.testing.assert_array_equal(np.asarray(rank_p), [2, 1, 1, 0])
+    np.testing.assert_array_equal(np.asarray(rank), [np.linalg.matrix_rank(m) for m in mats])
