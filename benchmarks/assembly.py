@@ -5,8 +5,8 @@ guesses, tracking vs homotopy at every step (paper 001: 45.8x), and a per-state
     .venv/bin/python benchmarks/assembly.py [--quick] [--out benchmarks/results/assembly.json]
 
 On this 2-core machine ``jit(vmap(assemble))`` at batch 1024 (Stewart) used to hang at 0% CPU
-(concurrent batched LAPACK kernels deadlocking XLA's thread pool); importing jaxmech now sets
-``--xla_cpu_enable_concurrency_optimized_scheduler=false``, which fixes it (see jaxmech/_xla.py).
+(concurrent batched LAPACK kernels deadlocking XLA's thread pool); ``jaxmech/lapack.py`` now runs
+each batched LAPACK call in chunks that stay off a small pool.
 
 Protocol (shared/BENCHMARKS.md): ``jax.jit(jax.vmap(...))``, first call timed separately as
 compile + run, then the best of ``--repeat`` calls of ``jax.block_until_ready(f(x))``.

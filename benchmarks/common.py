@@ -10,8 +10,8 @@
 * :func:`print_table` (rich) and :func:`write_json` (into ``benchmarks/results/``).
 * :class:`Budget` -- a wall-clock budget for ``--budget SECONDS``.
 
-Import this module before anything imports jax: importing jaxmech here sizes XLA's CPU pool before
-any backend use (``jaxmech/_xla.py``). No XLA flag is set: the scripts compile through ``jm.jit``,
+No XLA flag or pool size is set (importing jaxmech changes nothing; ``jaxmech/lapack.py`` keeps
+batched LAPACK calls off a small pool). The scripts compile through ``jm.jit``,
 which passes jaxmech's compile options (XLA:CPU fusion emitters off) per program, as users get
 them (``jaxmech/_jit.py``).
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-import jaxmech  # noqa: E402  (sizes the CPU pool before any backend use: jaxmech/_xla.py)
+import jaxmech  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import jax  # noqa: E402
 
-import jaxmech as jm  # noqa: E402  (before any JAX computation: jaxmech/_xla.py)
+import jaxmech as jm  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402

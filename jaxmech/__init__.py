@@ -5,11 +5,6 @@ residuals with analytic Jacobians, assembly, velocity/acceleration reduction, ac
 and constrained dynamics. See docs/design.md for conventions (angular-first twists, wxyz quaternions).
 """
 
-from . import _xla
-
-_xla.configure()  # before any JAX backend use; see _xla.py (CPU LAPACK deadlock)
-
-
 from . import envs, lie, rank, sysid  # noqa: F401  (jm.envs, jm.sysid as attributes)
 from ._jit import compilation_cache, jit
 from .allocator import reuse_host_buffers

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import lapack
 from ._jit import jit
 from .assembly import assemble, partition
 from .closure import closure_jacobian, closure_jacobian_autodiff, closure_residual, closure_residual_and_jacobian
@@ -181,7 +182,7 @@ def make_bank(mech: Mechanism, k: int, seed: int = 0, track_steps: int = 8) -> d
             if not C.shape[0]:
                 return u
             G = C @ C.T
-            return u - C.T @ jnp.linalg.solve(G + 1e-12 * jnp.eye(G.shape[0], dtype=G.dtype), C @ u)
+            return u - C.T @ lapack.solve(G + 1e-12 * jnp.eye(G.shape[0], dtype=G.dtype), C @ u)
 
         v = jax.vmap(speed)(q, 0.2 * jax.random.normal(k2, (k, m.nv), q.dtype))
         tau = jax.random.normal(k3, (k, m.nv), q.dtype)

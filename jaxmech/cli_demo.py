@@ -22,6 +22,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from . import lapack
 from ._jit import compilation_cache, jit
 from .cli import app, console, enable_x64, load_or_exit
 
@@ -203,7 +204,7 @@ def _rollouts(d: _Demo) -> tuple[str, ...]:
     def grav_comp(q):
         E = tangent_map(mech, q, d=len(mech.topo.port_names))
         P = port_jacobian(mech, q)
-        Ep = E @ jnp.linalg.inv(P @ E)
+        Ep = E @ lapack.inv(P @ E)
         return Ep.T @ gravity_torques(mech, q)
 
     F0 = jit(jax.vmap(grav_comp))(Qs)

@@ -56,7 +56,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import linalg
+from . import lapack, linalg
 from ._entry import entry
 from .curvature import closure_terms_world
 from .dynamics import _rnea, _World, kinematics
@@ -167,25 +167,21 @@ class _Rows:
         return jnp.zeros(self.s, lam_s.dtype).at[self.idx].add(lam_s * self.mask)
 
 
-def _cho_solve(L, b):
-    return jax.scipy.linalg.cho_solve((L, True), b)
-
-
 def _kkt_dense(M, rows: _Rows, b):
     """``(a, lambda_s)`` on the selected rows with LAPACK: Cholesky ``M = L L^T``, one forward
     substitution ``Z = L^-1 [b, C_s^T]``, ``K = Z_C^T Z_C``, ``lambda_s = K^-1 (-gamma_s - Z_C^T
     z_b)``, ``a = L^-T (z_b + Z_C lambda_s)``; then one correction of the constraint violation
     with the same factors (see the module docstring)."""
-    L = jnp.linalg.cholesky(M)
+    L = lapack.cholesky(M)
     if rows.k == 0:
-        return _cho_solve(L, b), jnp.zeros(0, M.dtype)
-    Z = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), lower=True)
+        return lapack.cho_solve(L, b), jnp.zeros(0, M.dtype)
+    Z = lapack.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), True, False)
     zb, ZC = Z[:, 0], Z[:, 1:]
-    Lk = jnp.linalg.cholesky(ZC.T @ ZC + rows.pad)
-    lam_s = _cho_solve(Lk, -rows.gs - ZC.T @ zb)
-    a = jax.scipy.linalg.solve_triangular(L, zb + ZC @ lam_s, lower=True, trans="T")
-    dlam = _cho_solve(Lk, -rows.gs - rows.Cs @ a)
-    return a + jax.scipy.linalg.solve_triangular(L, ZC @ dlam, lower=True, trans="T"), lam_s + dlam
+    Lk = lapack.cholesky(ZC.T @ ZC + rows.pad)
+    lam_s = lapack.cho_solve(Lk, -rows.gs - ZC.T @ zb)
+    a = lapack.solve_triangular(L, zb + ZC @ lam_s, True, True)
+    dlam = lapack.cho_solve(Lk, -rows.gs - rows.Cs @ a)
+    return a + lapack.solve_triangular(L, ZC @ dlam, True, True), lam_s + dlam
 
 
 def block_structure(mech: Mechanism) -> linalg.BlockKKT:
@@ -305,25 +301,25 @@ def forward_dynamics(
         return _finish(rows, rows.C, rows.gamma, a, rows.scatter(lam_s) if rows.k else jnp.zeros(rows.s, dt))
     # projected
     G = rows.Cs @ rows.Cs.T + rows.pad  # Gram of the selected rows
-    Lg = jnp.linalg.cholesky(G) if rows.k else None
+    Lg = lapack.cholesky(G) if rows.k else None
     if rows.k:
-        a_g = -rows.Cs.T @ _cho_solve(Lg, rows.gs)  # minimum-norm particular solution
+        a_g = -rows.Cs.T @ lapack.cho_solve(Lg, rows.gs)  # minimum-norm particular solution
     else:
         a_g = jnp.zeros(mech.nv, dt)
     r = b - M @ a_g
     if E is not None:
         E = jnp.asarray(E, dt)
-        udot = jnp.linalg.solve(E.T @ M @ E, E.T @ r)
+        udot = lapack.solve(E.T @ M @ E, E.T @ r)
         a = E @ udot + a_g
     else:
         P = jnp.eye(mech.nv, dtype=dt)
         if rows.k:
-            P = P - rows.Cs.T @ _cho_solve(Lg, rows.Cs)
-        x = jnp.linalg.solve(P @ M @ P + jnp.eye(mech.nv, dtype=dt) - P, P @ r)
+            P = P - rows.Cs.T @ lapack.cho_solve(Lg, rows.Cs)
+        x = lapack.solve(P @ M @ P + jnp.eye(mech.nv, dtype=dt) - P, P @ r)
         a = P @ x + a_g
     lam = jnp.zeros(rows.s, dt)
     if rows.k:
-        lam = rows.scatter(_cho_solve(Lg, rows.Cs @ (M @ a - b)))
+        lam = rows.scatter(lapack.cho_solve(Lg, rows.Cs @ (M @ a - b)))
     return _finish(rows, rows.C, rows.gamma, a, lam)
 
 
@@ -376,19 +372,19 @@ def inverse_dynamics(
     P = jnp.eye(mech.nv, dtype=dt)
     if rows.k:
         G = rows.Cs @ rows.Cs.T + rows.pad
-        Lg = jnp.linalg.cholesky(G)
-        P = P - rows.Cs.T @ _cho_solve(Lg, rows.Cs)
+        Lg = lapack.cholesky(G)
+        P = P - rows.Cs.T @ lapack.cho_solve(Lg, rows.Cs)
     PB = P @ B
     # exact when the actuators span the mobility (square, invertible E^T B); minimum-norm
     # efforts for redundant actuation (SVD), so an over-actuated system never gives NaN. PB has
     # rank <= mobility by construction; its other singular values are round-off of the projector
     # (~1e-15 relative), so they are cut at rtol: LAPACK's default cut (max(m, n) eps) let them
     # through on some builds, and the "minimum-norm" efforts then depended on that round-off
-    f = jnp.linalg.lstsq(PB, P @ rhs, rcond=rtol)[0] if B.shape[1] else jnp.zeros(0, dt)
+    f = lapack.lstsq(PB, P @ rhs, rtol) if B.shape[1] else jnp.zeros(0, dt)
     tau = B @ f
     lam = jnp.zeros(rows.s, dt)
     if rows.k:
-        lam = rows.scatter(_cho_solve(Lg, rows.Cs @ (rhs - tau)))
+        lam = rows.scatter(lapack.cho_solve(Lg, rows.Cs @ (rhs - tau)))
     res = jnp.max(jnp.abs(tau + rows.C.T @ lam - rhs), initial=0.0)
     eps = jnp.finfo(dt).eps
     finite = jnp.all(jnp.isfinite(f)) & jnp.all(jnp.isfinite(lam))

@@ -53,9 +53,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import lu_factor, lu_solve
 
-from . import lie
+from . import lapack, lie
 from .active_set import Partition
 from .closure import _evaluate, group_mismatches
 from .kinpass import integrate
@@ -213,7 +212,7 @@ def _inverse_rcond_1(J):
     n = J.shape[0]
     if n == 0:
         return J, jnp.ones((), J.dtype)
-    Ji = jnp.linalg.inv(J)
+    Ji = lapack.inv(J)
     nrm = jnp.max(jnp.sum(jnp.abs(J), 0)) * jnp.max(jnp.sum(jnp.abs(Ji), 0))
     ok = jnp.isfinite(nrm) & (nrm > 0)
     return Ji, jnp.where(ok, 1.0 / jnp.where(ok, nrm, 1.0), 0.0)
@@ -223,12 +222,12 @@ def _lm_factor(J, mu):
     """LU factors of the Levenberg-Marquardt matrix ``J^T J + mu s I`` (s = max diag of J^T J)."""
     A = J.T @ J
     s = jnp.maximum(jnp.max(jnp.diag(A)), jnp.finfo(J.dtype).tiny)
-    return lu_factor(A + mu * s * jnp.eye(A.shape[0], dtype=A.dtype))
+    return lapack.lu_factor(A + mu * s * jnp.eye(A.shape[0], dtype=A.dtype))
 
 
 def _lm_solve(lu, J, f):
     """The step ``d = -(J^T J + mu s I)^-1 J^T f`` from :func:`_lm_factor`'s factors (0 if not finite)."""
-    d = lu_solve(lu, -J.T @ f)
+    d = lapack.lu_solve(lu, -J.T @ f)
     return jnp.where(jnp.all(jnp.isfinite(d)), d, 0.0)
 
 

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import lie
+from . import lapack, lie
 from ._entry import entry
 from .curvature import joint_bias
 from .kinpass import (
@@ -433,7 +433,7 @@ def aba(mech: Mechanism, q, v, tau, f_ext=None, f_ext_reference: str = "local") 
         IA, pA, U, Dinv, uu = carry
         S_l, I_l, p_l = Sc[idx], IA[idx], pA[idx]
         U_l = I_l @ S_l
-        Di = jnp.linalg.inv(jnp.swapaxes(S_l, -1, -2) @ U_l + Dfix[idx])
+        Di = lapack.inv(jnp.swapaxes(S_l, -1, -2) @ U_l + Dfix[idx])
         u_l = u0[idx] - jnp.einsum("nik,ni->nk", S_l, p_l)
         UDi = U_l @ Di
         Ia = I_l - UDi @ jnp.swapaxes(U_l, -1, -2)

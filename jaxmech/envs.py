@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import lie
+from . import lapack, lie
 from ._jit import filter_jit, jit
 from .dynamics import crba, gravity_torques
 from .kinpass import frame_jacobian, frame_pose
@@ -250,7 +250,7 @@ def _port_lift(mech: Mechanism, q, port_index):
     """``E_p = E (P_a E)^-1`` (nv, na): velocity lift from the actuated port speeds."""
     E = tangent_map(mech, q, d=len(port_index))
     P = port_jacobian(mech, q)[np.asarray(port_index)]
-    return E @ jnp.linalg.inv(P @ E)
+    return E @ lapack.inv(P @ E)
 
 
 @filter_jit

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import lapack
 from .active_set import Partition
 from .closure import closure_residual, closure_residual_and_jacobian
 from .kinpass import difference, integrate
@@ -62,7 +63,7 @@ def _attach_jvp(part: Partition, primals, tangents):
         rhs = (C @ dv_known + r_theta)[rows]
         good = ok & jnp.all(jnp.isfinite(Rp)) & (rcond(Rp) > 0)
         Rp = jnp.where(good, Rp, jnp.eye(p.size, dtype=Rp.dtype))  # where-shim: no NaN cotangents
-        dvp = jnp.where(good, -jnp.linalg.solve(Rp, rhs), 0.0)
+        dvp = jnp.where(good, -(lapack.inv(Rp) @ rhs), 0.0)  # inverse of a primal: transposable
         P = np.zeros((mech.nv, p.size))
         P[p, np.arange(p.size)] = 1.0
         dv = dv_known + jnp.asarray(P, q_star.dtype) @ dvp

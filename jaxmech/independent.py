@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import lapack
 from ._jit import jit
 from .mechanism import Mechanism
 
@@ -263,5 +264,5 @@ def distribute_effort(mech: Mechanism, q: jnp.ndarray, E: jnp.ndarray, tau_u: jn
     A = actuation_matrix(mech, q).T @ E
     w = jnp.ones(A.shape[0], A.dtype) if weights is None else jnp.asarray(weights, A.dtype)
     sw = jnp.sqrt(w)
-    g = jnp.linalg.lstsq((sw[:, None] * A).T, tau_u)[0]
+    g = lapack.lstsq((sw[:, None] * A).T, tau_u)
     return sw * g

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import lapack
 from ._jit import jit
 from .mechanism import Mechanism
 
@@ -69,7 +70,7 @@ def inertial_to_theta(mass, com, inertia) -> jnp.ndarray:
     """(mass, com, inertia) -> log-Cholesky 10-vector (needs a positive-definite pseudo-inertia)."""
     J = pseudo_inertia(jnp.asarray(mass), jnp.asarray(com), jnp.asarray(inertia))
     Pm = jnp.eye(4, dtype=J.dtype)[::-1]
-    L = jnp.linalg.cholesky(Pm @ J @ Pm)
+    L = lapack.cholesky(Pm @ J @ Pm)
     U = Pm @ L @ Pm  # upper triangular, U U^T = J
     a = jnp.log(U[3, 3])
     U = U / U[3, 3]

@@ -21,17 +21,19 @@ radians; paper 001 §3 notes the same).
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
+
+from . import lapack
 
 Array = jnp.ndarray
 
 
 def singular_values(A: Array) -> Array:
-    """Singular values of ``A`` (m, n) in descending order, shape (min(m, n),)."""
+    """Singular values of ``A`` (m, n) in descending order, shape (min(m, n),); not differentiated
+    (rank and condition decisions only: the input passes through ``stop_gradient``)."""
     if min(A.shape) == 0:
         return jnp.zeros(0, A.dtype)
-    return jnp.linalg.svd(A, compute_uv=False)
+    return lapack.singular_values(A)
 
 
 def numerical_rank(A: Array, rtol: float = 1e-9) -> Array:
@@ -57,16 +59,10 @@ def rcond(A: Array) -> Array:
     return jnp.where(ok, sv[-1] / jnp.where(ok, smax, 1.0), 0.0)
 
 
-def _pivoted_qr(M: Array) -> tuple[Array, Array]:
-    """Column-pivoted QR of ``M`` (largest remaining norm first): ``(R, P)``, the triangular factor
-    and the column permutation. Only ``R`` is formed (LAPACK ``geqp3``, no ``Q``): the one
-    rank-revealing factorization every selection here uses."""
-    return jax.scipy.linalg.qr(M, pivoting=True, mode="r")
-
-
 def _pivots(M: Array) -> Array:
-    """Column permutation of the column-pivoted QR of ``M``."""
-    return _pivoted_qr(M)[1]
+    """Column permutation of the column-pivoted QR of ``M`` (LAPACK ``geqp3``, no ``Q``): the one
+    rank-revealing factorization every selection here uses."""
+    return lapack.pivoted_qr(M)[1]
 
 
 def select_rows(A_p: Array, k: int) -> tuple[Array, Array]:
@@ -104,8 +100,7 @@ def select_rows_ranked(A: Array, k: int, rtol: float = 1e-9) -> tuple[Array, Arr
         raise ValueError(f"select_rows_ranked: cannot select k={k} rows from a matrix with {s} rows")
     if k == 0 or n == 0:
         return jnp.arange(k, dtype=jnp.int32), jnp.zeros((), jnp.int32)
-    R, P = _pivoted_qr(A.T)
-    d = jnp.abs(jnp.diagonal(R))
+    d, P = lapack.pivoted_qr(A.T)
     tiny = jnp.finfo(A.dtype).tiny
     rank = jnp.sum((d > rtol * d[0]) & (d > tiny)).astype(jnp.int32)
     return P[:k].astype(jnp.int32), jnp.minimum(rank, k)

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import lie, rank
+from . import lapack, lie, rank
 from ._entry import entry
 from .closure import closure_jacobian
 from .curvature import closure_bias
@@ -107,7 +107,7 @@ def _solve_block(C, I, D, nD: int, extra=None, rcond_tol: float = 1e-10):
         rhs = jnp.concatenate([rhs, extra[rows][:, None]], 1)
     ok = rc >= rcond_tol
     B = jnp.where(ok, B, jnp.eye(nD, dtype=C.dtype))  # where-shim: no inf/NaN on singular states
-    X = -jnp.linalg.solve(B, rhs)
+    X = -lapack.solve(B, rhs)
     return rows, rc, X
 
 
@@ -456,7 +456,7 @@ def port_tangent_map_status(
     PE = port_jacobian(mech, q)[sel] @ tm.E
     rc = rank.rcond(PE)
     eye = jnp.eye(npt, dtype=PE.dtype)
-    Ep = tm.E @ jnp.linalg.solve(jnp.where(rc >= rcond_tol, PE, eye), eye)
+    Ep = tm.E @ lapack.solve(jnp.where(rc >= rcond_tol, PE, eye), eye)
     C = closure_jacobian(mech, q)
     rcm = jnp.minimum(rc, tm.rcond)
     return _finish(C, Ep, jnp.asarray(sel, jnp.int32), tm.dependent, tm.rows, rcm, rcond_tol, tol)

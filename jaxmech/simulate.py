@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import lapack
 from ._jit import jit
 from .closure import closure_residual, closure_residual_and_jacobian
 from .kinpass import forward_kinematics, integrate
@@ -173,11 +174,11 @@ def project_position(mech: Mechanism, q: jnp.ndarray, iters: int = 3, chord: boo
 
     def factor(C):
         G = C @ C.T
-        return jax.scipy.linalg.cho_factor(G + _damping(G) * jnp.eye(G.shape[0], dtype=G.dtype), lower=True)
+        return lapack.cholesky(G + _damping(G) * jnp.eye(G.shape[0], dtype=G.dtype))
 
     def body(q, _):
         r, C = closure_residual_and_jacobian(mech, q)
-        dq = -C.T @ jax.scipy.linalg.cho_solve(factor(C), r)
+        dq = -C.T @ lapack.cho_solve(factor(C), r)
         return integrate(mech, q, dq), None
 
     if not chord or iters <= 1:
@@ -188,7 +189,7 @@ def project_position(mech: Mechanism, q: jnp.ndarray, iters: int = 3, chord: boo
     for k in range(iters):  # iters is small and static: unrolled
         if k:
             r = closure_residual(mech, q)
-        q = integrate(mech, q, -C.T @ jax.scipy.linalg.cho_solve(G, r))
+        q = integrate(mech, q, -C.T @ lapack.cho_solve(G, r))
     return q
 
 
@@ -198,11 +199,10 @@ def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray, v: jnp.nda
     ``v - M^-1 C^T (C M^-1 C^T + mu I)^-1 C v``."""
     if C.shape[0] == 0:
         return v
-    L = jnp.linalg.cholesky(M)
-    MiCt = jax.scipy.linalg.cho_solve((L, True), C.T)
+    MiCt = lapack.cho_solve(lapack.cholesky(M), C.T)
     G = C @ MiCt
     G = G + _damping(G) * jnp.eye(G.shape[0], dtype=G.dtype)
-    return v - MiCt @ jnp.linalg.solve(G, C @ v)
+    return v - MiCt @ lapack.solve(G, C @ v)
 
 
 # ----------------------------------------------------------------------------- stepping

@@ -61,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from . import lapack
 from ._jit import filter_jit, jit
 from .dynamics import rnea
 from .inertial import (  # noqa: F401  (re-exported: jaxmech.sysid.<name> stays valid)
@@ -117,7 +118,7 @@ def port_lift(mech: Mechanism, q) -> jnp.ndarray:
     """``E_p = E (P E)^-1`` (nv, np): velocity lift from all port speeds (mobility = ports)."""
     P = port_jacobian(mech, q)
     E = tangent_map(mech, q, d=P.shape[0])
-    return E @ jnp.linalg.inv(P @ E)
+    return E @ lapack.inv(P @ E)
 
 
 def port_inverse_dynamics(mech: Mechanism, q, v, a, Ep=None) -> jnp.ndarray:

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import lapack
 from ._jit import filter_jit, jit
 from .closure import closure_jacobian, closure_residual
 from .curvature import closure_bias
@@ -31,8 +32,8 @@ def _project(mech, Q, V, A):
     def one(q, v, a):
         q = project_position(mech, q, 4)
         C = closure_jacobian(mech, q)
-        v = v - jnp.linalg.lstsq(C, C @ v, rcond=1e-10)[0]
-        a = a - jnp.linalg.lstsq(C, C @ a + closure_bias(mech, q, v), rcond=1e-10)[0]
+        v = v - lapack.lstsq(C, C @ v, 1e-10)
+        a = a - lapack.lstsq(C, C @ a + closure_bias(mech, q, v), 1e-10)
         return q, v, a
 
     return jax.vmap(one)(Q, V, A)

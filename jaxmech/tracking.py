@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import lapack
 from ._entry import entry
 from .assembly import (
     CONVERGED,
@@ -207,7 +208,7 @@ def _track_one(mech: Mechanism, q_start, active_path, active, options: tuple) ->
     ps = jax.lax.stop_gradient(path).astype(dt)
     first = _assemble_impl(m, jax.lax.stop_gradient(q_start).astype(dt).at[aq].set(ps[0]), part, opts)
     C0 = closure_jacobian(m, first.q)[first.rows]
-    T0 = -jnp.linalg.solve(C0[:, part.passive], C0) if C0.shape[0] else jnp.zeros((len(part.passive), mech.nv), dt)
+    T0 = -lapack.solve(C0[:, part.passive], C0) if C0.shape[0] else jnp.zeros((len(part.passive), mech.nv), dt)
     carry0 = _Carry(first.q, first.rows, jnp.zeros(mech.nv, dt), jnp.zeros((), dt), T0)
 
     def step(c, a_k):
