@@ -29,13 +29,14 @@ evaluated alone (``loops=``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import lie
+from . import batchlast, lie
 from ._entry import entry
 from .kinpass import (
     _world_poses,
@@ -308,6 +309,8 @@ def closure_residual(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray
 
     Row meaning: ``mech.topo.row_names``. Units: metres for position rows, radians for
     rotation-log rows, dimensionless for axis rows, the joint units for couplings."""
+    if loops is None:
+        return _all_rows(False)(mech, q)[0]
     return _evaluate(mech, q, loops, with_jac=False)[0]
 
 
@@ -316,13 +319,35 @@ def closure_jacobian(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray
     """Analytic closure Jacobian in velocity coordinates, ``C = D rho N``, shape (s, nv):
     ``d/dt rho(q) = C v``. Built from right-trivialized path derivatives and the inverse left
     Jacobian (paper 001 eq. (11)-(12))."""
+    if loops is None:
+        return _all_rows(True)(mech, q)[1]
     return _evaluate(mech, q, loops, with_jac=True)[1]
 
 
 @entry(static_argnames=("loops",))
 def closure_residual_and_jacobian(mech: Mechanism, q: jnp.ndarray, loops=None):
     """Both at once (shares the path products): ((s,), (s, nv))."""
+    if loops is None:
+        return _all_rows(True)(mech, q)
     return _evaluate(mech, q, loops, with_jac=True)
+
+
+@functools.cache
+def _all_rows(with_jac: bool):
+    """All rows (and the Jacobian) of one state; under ``vmap`` the batch-last kernels of
+    :mod:`jaxmech.batchlast` (same formulas, 2-3x faster on CPU; derivatives from this code).
+    Without the Jacobian the second output is None."""
+
+    def ref(mech, q):
+        r, J = _evaluate(mech, q, None, with_jac)
+        return (r, J) if with_jac else (r,)
+
+    def fast(mech, QT):
+        r, J = batchlast.closure_residual_and_jacobian(mech, QT, with_jac)
+        return (r, J) if with_jac else (r,)
+
+    f = batchlast.batched(ref, fast)
+    return f if with_jac else (lambda mech, q: (f(mech, q)[0], None))
 
 
 def closure_jacobian_autodiff(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray:

@@ -1,0 +1,346 @@
+"""Batch-last kernels: forward kinematics and the closure rows of many states at once.
+
+Under ``jax.vmap`` the per-state code in :mod:`jaxmech.kinpass` and :mod:`jaxmech.closure` runs on
+arrays whose batch axis comes first, ``(B, nb, 3, 3)``. Every elementwise 3 x 3 product then
+strides over the tiny trailing axes, and XLA:CPU's fused loops vectorize over 3 entries at a time.
+Here every array carries the batch as its **last** axis, ``(nb, 3, 3, B)``: each step of a product
+is one contiguous, vectorized operation over the batch. The level sweep of Kangaroo's 78 bodies
+(batch 1,024, one core) takes 5.3 us per state this way against 15.9 us batch-first
+(``benchmarks/PROFILE.md``, session 28).
+
+The formulas are those of the per-state code (same helpers, same order of the factors), written
+with a trailing batch axis. Shapes below write ``B`` for that axis; model constants carry none and
+broadcast. Joints that read several generic slots (free, spherical, universal, cylindrical), and
+the log-based rows (weld, pose, prismatic), are rare: they run the per-state code vmapped with
+the batch moved last, so every joint and loop type is covered by one implementation of its math.
+
+:func:`jaxmech.closure.closure_residual_and_jacobian` and :func:`jaxmech.kinpass.forward_kinematics`
+call these under ``vmap`` (a ``custom_vmap`` rule, see :func:`batched`); derivatives go through the
+per-state code (``custom_jvp``), so gradients are unchanged.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_batching import custom_vmap
+
+from . import kinpass as kp
+from . import lie
+from .kinpass import materialize
+from .mechanism import LoopGroup, Mechanism
+
+# ----------------------------------------------------------------------------- 3-vectors, 3x3
+
+
+def mm3(A, B):
+    """``A @ B`` for (..., 3, 3, B) matrices."""
+    return (
+        A[..., :, 0, None, :] * B[..., None, 0, :, :]
+        + A[..., :, 1, None, :] * B[..., None, 1, :, :]
+        + A[..., :, 2, None, :] * B[..., None, 2, :, :]
+    )
+
+
+def mv3(A, x):
+    """``A x`` for (..., 3, 3, B), (..., 3, B)."""
+    return (
+        A[..., :, 0, :] * x[..., 0, None, :]
+        + A[..., :, 1, :] * x[..., 1, None, :]
+        + A[..., :, 2, :] * x[..., 2, None, :]
+    )
+
+
+def mtv3(A, x):
+    """``A^T x`` for (..., 3, 3, B), (..., 3, B)."""
+    return (
+        A[..., 0, :, :] * x[..., 0, None, :]
+        + A[..., 1, :, :] * x[..., 1, None, :]
+        + A[..., 2, :, :] * x[..., 2, None, :]
+    )
+
+
+def cross(a, b):
+    """``a x b`` for (..., 3, B)."""
+    a0, a1, a2 = a[..., 0, :], a[..., 1, :], a[..., 2, :]
+    b0, b1, b2 = b[..., 0, :], b[..., 1, :], b[..., 2, :]
+    return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -2)
+
+
+def _t3(A):
+    """Transpose of (..., 3, 3, B) matrices."""
+    return jnp.swapaxes(A, -2, -3)
+
+
+def _c(x):
+    """A model constant broadcast over the batch axis."""
+    return jnp.asarray(x)[..., None]
+
+
+def _per_state(f, *xs):
+    """``f`` of one state, run over batch-last arrays (batch moved last on every output)."""
+    return jax.vmap(f, in_axes=-1, out_axes=-1)(*xs)
+
+
+# ----------------------------------------------------------------------------- kinematics
+
+
+def _q_ext(QT):
+    """``q`` (nq, B) with the constant slots 0 and 1 appended (``kinpass._q_ext``)."""
+    B, dt = QT.shape[-1], QT.dtype
+    return jnp.concatenate([QT, jnp.zeros((1, B), dt), jnp.ones((1, B), dt)], 0)
+
+
+def _slot(mech: Mechanism, b: np.ndarray, k: int):
+    """Generic slot ``k`` of bodies ``b`` that read it from a constant: 0.0 or 1.0 (numpy)."""
+    return (np.asarray(mech.topo.q_index)[b, k] == mech.nq + 1).astype(float)
+
+
+def local_poses(mech: Mechanism, QT):
+    """Parent-to-child rotations (nb, 3, 3, B) and translations (nb, 3, B); ``QT`` (nq, B).
+
+    The same split as :func:`jaxmech.kinpass.local_poses`: hinges ``R = A + sin B + (1 - cos) C``,
+    slides ``R = A Rc``, ``p`` affine in d, the other joints by the generic formula."""
+    hinge, slide, other, back = kp._pose_classes(mech)
+    qe, qi, dt = _q_ext(QT), np.asarray(mech.topo.q_index), QT.dtype
+    Rs, ps = [], []
+    if hinge.size:
+        b = hinge
+        Rp, pp, Rc, pc = kp._placements(mech, b)
+        ah = lie.hat(mech.axis1[b])
+        u = pc + mech.axis_t[b] * (_slot(mech, b, 9) - mech.offset_d[b])[:, None]
+        Rpa = kp.mm3(Rp, ah)
+        Rpa2 = kp.mm3(Rpa, ah)
+        th = qe[qi[b, 7]] - _c(mech.offset_th[b])
+        s, c1 = materialize(jnp.sin(th), 1.0 - jnp.cos(th))
+        s, c1 = s[:, None], c1[:, None]
+        Rs.append(_c(kp.mm3(Rp, Rc)) + s[:, None] * _c(kp.mm3(Rpa, Rc)) + c1[:, None] * _c(kp.mm3(Rpa2, Rc)))
+        ps.append(_c(kp.mv3(Rp, u) + pp) + s * _c(kp.mv3(Rpa, u)) + c1 * _c(kp.mv3(Rpa2, u)))
+    if slide.size:
+        b = slide
+        Rp, pp, Rc, pc = kp._placements(mech, b)
+        d = qe[qi[b, 9]] - _c(mech.offset_d[b])
+        A = kp.mm3(Rp, kp.rot_unit_axis(mech.axis1[b], _slot(mech, b, 7) - mech.offset_th[b]))
+        Rs.append(jnp.broadcast_to(_c(kp.mm3(A, Rc)), (b.size, 3, 3, QT.shape[-1])).astype(dt))
+        ps.append(_c(kp.mv3(A, pc) + pp) + d[:, None] * _c(kp.mv3(A, mech.axis_t[b])))
+    if other.size:
+        R, p = _per_state(lambda q: kp._generic_local_poses(mech, q, other), QT)
+        Rs.append(R)
+        ps.append(p)
+    return jnp.concatenate(Rs, 0)[back], jnp.concatenate(ps, 0)[back]
+
+
+def world_poses(mech: Mechanism, Rl, pl):
+    """World rotations (nb, 3, 3, B) and positions (nb, 3, B) from local ones: one ``lax.scan``
+    step per depth level over the padded level table of :func:`jaxmech.kinpass._levels`."""
+    nb, dt, B = mech.nb, Rl.dtype, Rl.shape[-1]
+    tab, par = kp._levels(mech)
+    Rl = jnp.concatenate([Rl, jnp.zeros((2, 3, 3, B), dt)], 0)
+    pl = jnp.concatenate([pl, jnp.zeros((2, 3, B), dt)], 0)
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=dt)[..., None], (3, 3, B))
+    R0 = jnp.zeros((nb + 2, 3, 3, B), dt).at[nb].set(eye)
+
+    def down(carry, x):
+        idx, pidx = x
+        R, p = carry
+        Rp = R[pidx]
+        return (R.at[idx].set(mm3(Rp, Rl[idx])), p.at[idx].set(mv3(Rp, pl[idx]) + p[pidx])), None
+
+    (R, p), _ = jax.lax.scan(down, (R0, jnp.zeros((nb + 2, 3, B), dt)), (tab, par))
+    return R[:nb], p[:nb]
+
+
+def forward_kinematics(mech: Mechanism, QT):
+    """World poses (B, nb, 4, 4) of the states ``QT`` (nq, B) (batch first, as ``vmap`` gives)."""
+    R, p = world_poses(mech, *local_poses(mech, QT))
+    top = jnp.concatenate([R, p[:, :, None]], 2)  # (nb, 3, 4, B)
+    B, dt = QT.shape[-1], QT.dtype
+    last = jnp.broadcast_to(jnp.asarray([0.0, 0.0, 0.0, 1.0], dt)[None, None, :, None], (mech.nb, 1, 4, B))
+    return jnp.moveaxis(jnp.concatenate([top, last], 1), -1, 0)
+
+
+def _columns_body(mech: Mechanism, QT):
+    """Body-frame motion column (nv, 6, B or 1) of every velocity coordinate. Hinge and slide
+    columns are model constants (evaluated once); the other joints' columns per state."""
+    hinge, slide, other, _ = kp._pose_classes(mech)
+    topo = mech.topo
+    v_body, v_col = np.asarray(topo.v_body), np.asarray(topo.v_col)
+    nb = mech.nb
+    th1 = jnp.asarray(_slot(mech, np.arange(nb), 7)) - mech.offset_th
+    th2 = jnp.asarray(_slot(mech, np.arange(nb), 8))
+    d = jnp.asarray(_slot(mech, np.arange(nb), 9)) - mech.offset_d
+    S = kp.joint_columns(
+        mech, th1.astype(QT.dtype), th2.astype(QT.dtype), d.astype(QT.dtype)
+    )  # valid for hinges/slides
+    x = _c(S[v_body, :, v_col])  # (nv, 6, 1)
+    var = np.nonzero(np.isin(v_body, other))[0]
+    if not var.size:
+        return x
+    sub = SimpleNamespace(
+        axis1=mech.axis1[other], axis2=mech.axis2[other], axis_t=mech.axis_t[other], X_child_inv=mech.X_child_inv[other]
+    )
+    pos = {b: k for k, b in enumerate(other)}
+
+    def one(q):
+        _, _, t1, t2, dd = kp.joint_values(mech, q)
+        Sk = kp.joint_columns(sub, t1[other], t2[other], dd[other])
+        return Sk[np.array([pos[b] for b in v_body[var]]), :, v_col[var]]
+
+    xv = _per_state(one, QT)  # (len(var), 6, B)
+    return jnp.broadcast_to(x, x.shape[:2] + (QT.shape[-1],)).at[var].set(xv)
+
+
+def world_columns(mech: Mechanism, Re, pe, QT):
+    """World motion columns (nv, 6, B), ``Ad_T S``, angular first (as in ``closure._evaluate``)."""
+    topo = mech.topo
+    x = _columns_body(mech, QT)
+    Rv, pv = Re[topo.v_body], pe[topo.v_body]
+    w = mv3(Rv, x[:, :3])
+    return materialize(jnp.concatenate([w, mv3(Rv, x[:, 3:]) + cross(pv, w)], 1))[0]
+
+
+# ----------------------------------------------------------------------------- closure rows
+
+
+def _group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
+    """``Delta`` as (R (n, 3, 3, B), p (n, 3, B)) and ``W`` (n, m, 6, B): the path columns in cut
+    frame A (``closure._world_group_terms``, batch last, W with its columns ahead of the rows)."""
+    topo, nb, dt = mech.topo, mech.nb, Re.dtype
+    lb = np.array([topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)
+    ba, bb = np.where(lb[:, 0] < 0, nb, lb[:, 0]), np.where(lb[:, 1] < 0, nb, lb[:, 1])
+    Ca, Cb = mech.cut_pose_a[g.param_index].astype(dt), mech.cut_pose_b[g.param_index].astype(dt)
+    RA, pA = mm3(Re[ba], _c(Ca[:, :3, :3])), mv3(Re[ba], _c(Ca[:, :3, 3])) + pe[ba]
+    RB, pB = mm3(Re[bb], _c(Cb[:, :3, :3])), mv3(Re[bb], _c(Cb[:, :3, 3])) + pe[bb]
+    DR, Dp = mm3(_t3(RA), RB), mtv3(RA, pB - pA)
+    if cols is None:
+        return DR, Dp, None
+    anc = np.concatenate([topo.ancestor, np.zeros((1, mech.nv), bool)], 0).astype(float)
+    n = ba.size
+    sign = (anc[bb] - anc[ba])[np.arange(n)[:, None], g.dof_v] * (g.dof_sign != 0)  # (n, m) static
+    x = cols[g.dof_v] * jnp.asarray(sign, dt)[:, :, None, None]  # (n, m, 6, B)
+    RA_, pA_ = RA[:, None], pA[:, None]
+    w = mtv3(RA_, x[:, :, :3])
+    lin = mtv3(RA_, x[:, :, 3:] - cross(pA_, x[:, :, :3]))
+    W = jnp.concatenate([w, lin], 2)
+    return DR, Dp, materialize(W)[0]
+
+
+def _axis_rows(DR, Wa, pairs, with_jac):
+    """Entries ``e_i . R e_k`` (n, len, B) and rates ``-e_i^T (R e_k)^ omega`` (n, len, m, B)."""
+    vals = jnp.stack([DR[:, i, k] for i, k in pairs], 1)
+    if not with_jac:
+        return vals, None
+    rates = jnp.stack([-cross(DR[:, None, :, k], Wa)[:, :, i] for i, k in pairs], 1)
+    return vals, rates
+
+
+def _rows(mech: Mechanism, g: LoopGroup, DR, Dp, W, with_jac: bool):
+    """Residual rows (n, r, B) and Jacobian rows (n, r, m, B) of one group (``closure._rows``)."""
+    t = g.type
+    if t in ("weld", "pose", "prismatic"):  # log-based rows: the per-state formulas, batch moved last
+        from .closure import _rows as rows_one
+
+        Delta = lie.make_pose(jnp.moveaxis(DR, -1, 0), jnp.moveaxis(Dp, -1, 0))  # (B, n, 4, 4)
+        if not with_jac:
+            res, _ = jax.vmap(lambda D: rows_one(mech, g, D, jnp.zeros(D.shape[:1] + (6, 0), D.dtype), False))(Delta)
+            return jnp.moveaxis(res, 0, -1), None
+        Wf = jnp.moveaxis(jnp.swapaxes(W, 1, 2), -1, 0)  # (B, n, 6, m)
+        res, jac = jax.vmap(lambda D, Wk: rows_one(mech, g, D, Wk, True))(Delta, Wf)
+        return jnp.moveaxis(res, 0, -1), jnp.moveaxis(jac, 0, -1)
+    Wa, Wl = (W[:, :, :3], W[:, :, 3:]) if with_jac else (None, None)
+    dp = None
+    if with_jac and t != "distance":
+        dp = jnp.swapaxes(Wl - cross(Dp[:, None], Wa), 1, 2)  # (n, 3, m, B): [-p^, I] W
+    if t == "point":
+        return Dp, dp
+    if t == "distance":
+        n2 = jnp.sum(Dp * Dp, 1)
+        safe = n2 > 0
+        nrm = jnp.sqrt(jnp.where(safe, n2, 1.0))
+        res = (jnp.where(safe, nrm, 0.0) - _c(mech.cut_length[g.param_index]))[:, None]
+        if not with_jac:
+            return res, None
+        u = jnp.where(safe[:, None], Dp / nrm[:, None], 0.0)
+        return res, jnp.sum(u[:, None] * Wl, 2)[:, None]
+    if t in ("revolute", "cylindrical"):
+        v, d = _axis_rows(DR, Wa, [(0, 2), (1, 2)], with_jac)
+        k = 3 if t == "revolute" else 2
+        res = jnp.concatenate([Dp[:, :k], v], 1)
+        return res, (jnp.concatenate([dp[:, :k], d], 1) if with_jac else None)
+    if t == "universal":
+        v, d = _axis_rows(DR, Wa, [(0, 1)], with_jac)
+        res = jnp.concatenate([Dp, v - _c(mech.cut_length[g.param_index])[:, None]], 1)
+        return res, (jnp.concatenate([dp, d], 1) if with_jac else None)
+    raise ValueError(f"unknown loop type {t}")  # pragma: no cover - compile() only creates known types
+
+
+def closure_residual_and_jacobian(mech: Mechanism, QT, with_jac: bool = True):
+    """Residual (B, s) and, with ``with_jac``, Jacobian (B, s, nv) of the states ``QT`` (nq, B),
+    batch first on output (as ``vmap`` returns them). All loops and couplings."""
+    from .closure import _jacobian_targets
+
+    topo, dt, B = mech.topo, QT.dtype, QT.shape[-1]
+    Re, pe = world_poses(mech, *local_poses(mech, QT))
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=dt)[..., None], (1, 3, 3, B))
+    Re, pe = jnp.concatenate([Re, eye], 0), jnp.concatenate([pe, jnp.zeros((1, 3, B), dt)], 0)
+    cols = world_columns(mech, Re[:-1], pe[:-1], QT) if with_jac else None
+    res, vals = [], []
+    for g in topo.groups:
+        DR, Dp, W = _group_terms(mech, Re, pe, cols, g)
+        r, j = _rows(mech, g, DR, Dp, W, with_jac)
+        res.append(r.reshape(-1, B))
+        if with_jac:
+            vals.append(j.reshape(-1, B))
+    nc = len(topo.coupling_names)
+    if nc:
+        res.append(mech.coupling_q.astype(dt) @ QT + _c(mech.coupling_offset.astype(dt)))
+    r = jnp.concatenate(res, 0).T if res else jnp.zeros((B, 0), dt)
+    if not with_jac:
+        return r, None
+    sel = np.ones(nc, bool)
+    rows, cols_ = _jacobian_targets(mech, list(topo.groups), sel)
+    if nc:
+        cq = mech.coupling_q[:, topo.lin_q].astype(dt).reshape(-1)
+        vals.append(jnp.broadcast_to(cq[:, None], (cq.size, B)))
+    if not vals:
+        return r, jnp.zeros((B, mech.n_rows, mech.nv), dt)
+    # one scatter-add into the batch-first output (measured faster than a batch-last buffer and
+    # a transpose: Kangaroo 18 against 26 us per state at 256 states)
+    J = jnp.zeros((B, mech.n_rows, mech.nv), dt)
+    return r, J.at[:, rows, cols_].add(jnp.concatenate(vals, 0).T)
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+def batched(ref, fast):
+    """``ref(mech, q)`` for one state; under ``vmap`` over ``q`` alone (model unbatched) it runs
+    ``fast(mech, Q.T)`` on the whole batch at once (batch-last). Derivatives are those of ``ref``
+    (``custom_jvp``: ``custom_vmap`` has no reverse mode), so gradients do not change."""
+
+    @custom_vmap
+    def one(mech, q):
+        return ref(mech, q)
+
+    @one.def_vmap
+    def _rule(axis_size, in_batched, mech, q):
+        mech_b, q_b = in_batched
+        if any(jax.tree.leaves(mech_b)) or not q_b:  # a batched model: the per-state code, vmapped
+            axes = (jax.tree.map(lambda b: 0 if b else None, mech_b), 0 if q_b else None)
+            out = jax.vmap(ref, in_axes=axes, axis_size=axis_size)(mech, q)
+        else:
+            out = fast(mech, q.T)
+        return out, jax.tree.map(lambda _: True, out)
+
+    @jax.custom_jvp
+    def f(mech, q):
+        return one(mech, q)
+
+    @f.defjvp
+    def _jvp(primals, tangents):
+        return jax.jvp(ref, primals, tangents)
+
+    return f

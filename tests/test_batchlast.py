@@ -1,0 +1,114 @@
+"""jaxmech.batchlast: the batch-last kernels that ``vmap`` of the public closure and kinematics
+functions runs, against the per-state code they replace (``closure._evaluate``,
+``kinpass._fk_one``) run under a plain ``vmap``, on the zoo (every constraint and joint type,
+couplings) and on shipped robots; and the paths that must not take them (a batched model, nested
+``vmap``, derivatives)."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _shared import load
+from test_closure import _zoo
+
+import jaxmech as jm
+from jaxmech import closure, kinpass
+
+
+@jm.jit
+def _public(mech, Q):
+    f = lambda q: (  # noqa: E731
+        jm.closure_residual_and_jacobian(mech, q),
+        jm.closure_residual(mech, q),
+        jm.closure_jacobian(mech, q),
+        jm.forward_kinematics(mech, q),
+    )
+    return jax.vmap(f)(Q)
+
+
+@jm.jit
+def _reference(mech, Q):
+    f = lambda q: (closure._evaluate(mech, q, None, True), kinpass._fk_one(mech, q))  # noqa: E731
+    return jax.vmap(f)(Q)
+
+
+def _states(mech, n=16, seed=0):
+    keys = jax.random.split(jax.random.PRNGKey(seed), n)
+    return jnp.stack([jm.random_configuration(mech, k, 0.5) for k in keys])
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    return _zoo()
+
+
+def _check(mech, Q):
+    (r, J), r_only, J_only, T = _public(mech, Q)
+    (r_ref, J_ref), T_ref = _reference(mech, Q)
+    scale = 1.0 + float(jnp.max(jnp.abs(J_ref)))
+    np.testing.assert_allclose(r, r_ref, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(r_only, r_ref, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(J, J_ref, rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(J_only, J, rtol=0, atol=1e-15 * scale)
+    np.testing.assert_allclose(T, T_ref, rtol=0, atol=1e-13 * (1.0 + float(jnp.max(jnp.abs(T_ref)))))
+
+
+def test_zoo_every_row_type_matches_the_per_state_code(zoo):
+    types = {g.type for g in zoo.topo.groups}
+    assert types >= {"weld", "pose", "point", "revolute", "cylindrical", "universal", "prismatic", "distance"}
+    assert len(zoo.topo.coupling_names) > 0
+    _check(zoo, _states(zoo))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["stewart", pytest.param("four_bar", marks=pytest.mark.slow), pytest.param("cassie", marks=pytest.mark.slow)],
+)
+def test_shipped_robots_match_the_per_state_code(name):
+    mech = load(name)
+    _check(mech, _states(mech))
+
+
+def test_single_state_nested_vmap_and_batched_model():
+    """One state runs the per-state code itself; a nested vmap gives the flat batch's values; a
+    model batched along with the states (here perturbed cut frames) takes the per-state code."""
+    mech = load("four_bar")
+    Q = _states(mech, 8, seed=1)
+    (r_ref, J_ref), _ = _reference(mech, Q)
+    r1, J1 = jm.jit(jm.closure_residual_and_jacobian)(mech, Q[3])
+    np.testing.assert_array_equal(r1, r_ref[3])
+    np.testing.assert_array_equal(J1, J_ref[3])
+    nested = jm.jit(jax.vmap(jax.vmap(jm.closure_residual_and_jacobian, (None, 0)), (None, 0)))
+    r2, J2 = nested(mech, Q.reshape(2, 4, -1))
+    np.testing.assert_allclose(r2.reshape(r_ref.shape), r_ref, atol=1e-13)
+    np.testing.assert_allclose(J2.reshape(J_ref.shape), J_ref, atol=1e-12)
+    models = jax.tree.map(lambda x: jnp.stack([x] * 8), mech)
+    shift = 0.01 * jnp.arange(8.0)[:, None, None]
+    models = eqx.tree_at(lambda m: m.cut_pose_b, models, models.cut_pose_b.at[:, :, :3, 3].add(shift))
+    rb, Jb = jm.jit(jax.vmap(jm.closure_residual_and_jacobian))(models, Q)
+    ref = jm.jit(jax.vmap(lambda m, q: closure._evaluate(m, q, None, True)))(models, Q)
+    np.testing.assert_array_equal(rb, ref[0])
+    np.testing.assert_array_equal(Jb, ref[1])
+    assert float(jnp.max(jnp.abs(rb - r_ref))) > 1e-3  # the batched frames did reach the rows
+
+
+def test_derivatives_are_those_of_the_per_state_code():
+    """Reverse mode (the per-state code's JVP, transposed) through the vmapped public functions,
+    with respect to the states and to a model parameter, equals that of the per-state code
+    (second order in the Jacobian)."""
+    mech = load("four_bar")
+    Q = _states(mech, 4, seed=2)
+
+    def loss(fn, mech, Q):
+        r, J = jax.vmap(lambda q: fn(mech, q))(Q)
+        return jnp.sum(r**2) + jnp.sum(jnp.sin(J))
+
+    fast = lambda m, q: jm.closure_residual_and_jacobian(m, q)  # noqa: E731
+    ref = lambda m, q: closure._evaluate(m, q, None, True)  # noqa: E731
+    g = jm.jit(jax.grad(lambda m, Q: loss(fast, m, Q), (0, 1)))(mech, Q)
+    g_ref = jm.jit(jax.grad(lambda m, Q: loss(ref, m, Q), (0, 1)))(mech, Q)
+    np.testing.assert_allclose(g[1], g_ref[1], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(g[0].cut_pose_a, g_ref[0].cut_pose_a, rtol=1e-12, atol=1e-12)
