@@ -104,7 +104,7 @@ def local_poses(mech: Mechanism, QT):
 
     The same split as :func:`jaxmech.kinpass.local_poses`: hinges ``R = A + sin B + (1 - cos) C``,
     slides ``R = A Rc``, ``p`` affine in d, the other joints by the generic formula."""
-    hinge, slide, other, back = kp._pose_classes(mech)
+    hinge, slide, other, _ = kp._pose_classes(mech)
     qe, qi, dt = _q_ext(QT), np.asarray(mech.topo.q_index), QT.dtype
     Rs, ps = [], []
     if hinge.size:
@@ -126,11 +126,54 @@ def local_poses(mech: Mechanism, QT):
         A = kp.mm3(Rp, kp.rot_unit_axis(mech.axis1[b], _slot(mech, b, 7) - mech.offset_th[b]))
         Rs.append(jnp.broadcast_to(_c(kp.mm3(A, Rc)), (b.size, 3, 3, QT.shape[-1])).astype(dt))
         ps.append(_c(kp.mv3(A, pc) + pp) + d[:, None] * _c(kp.mv3(A, mech.axis_t[b])))
-    if other.size:
-        R, p = _per_state(lambda q: kp._generic_local_poses(mech, q, other), QT)
+    free, rest = _split_other(mech, other)
+    if free.size:
+        R, p = _free_local_poses(mech, qe, free)
         Rs.append(R)
         ps.append(p)
-    return jnp.concatenate(Rs, 0)[back], jnp.concatenate(ps, 0)[back]
+    if rest.size:
+        R, p = _per_state(lambda q: kp._generic_local_poses(mech, q, rest), QT)
+        Rs.append(R)
+        ps.append(p)
+    order = np.concatenate([hinge, slide, free, rest])
+    return jnp.concatenate(Rs, 0)[np.argsort(order)], jnp.concatenate(ps, 0)[np.argsort(order)]
+
+
+def _split_other(mech: Mechanism, other: np.ndarray):
+    """The generic-class bodies whose joint reads only position / quaternion slots (free,
+    spherical, fixed), and the rest (universal, cylindrical: two of th1, th2, d)."""
+    used = np.asarray(mech.topo.q_index)[other] < mech.nq
+    moving = used[:, 7:].any(1)
+    return other[~moving], other[moving]
+
+
+def quat_to_matrix(quat):
+    """:func:`jaxmech.lie.quat_to_matrix` for (n, 4, B): rotations (n, 3, 3, B)."""
+    w, x, y, z = quat[:, 0], quat[:, 1], quat[:, 2], quat[:, 3]
+    (s,) = materialize(2.0 / (w * w + x * x + y * y + z * z))
+    rows = [
+        [1 - s * (y * y + z * z), s * (x * y - w * z), s * (x * z + w * y)],
+        [s * (x * y + w * z), 1 - s * (x * x + z * z), s * (y * z - w * x)],
+        [s * (x * z - w * y), s * (y * z + w * x), 1 - s * (x * x + y * y)],
+    ]
+    return jnp.stack([jnp.stack(r, 1) for r in rows], 1)
+
+
+def _free_local_poses(mech: Mechanism, qe, b: np.ndarray):
+    """The generic formula of :func:`jaxmech.kinpass._generic_local_poses` for joints whose
+    rotation and translation factors after ``G(pos, quat)`` are model constants."""
+    qi = np.asarray(mech.topo.q_index)
+    pos, quat = qe[qi[b, 0:3]], qe[qi[b, 3:7]]
+    R12 = kp.mm3(
+        kp.rot_unit_axis(mech.axis1[b], _slot(mech, b, 7) - mech.offset_th[b]),
+        kp.rot_unit_axis(mech.axis2[b], _slot(mech, b, 8)),
+    )
+    td = mech.axis_t[b] * (_slot(mech, b, 9) - mech.offset_d[b])[:, None]
+    Rm = mm3(quat_to_matrix(quat), _c(R12))
+    pm = pos + mv3(Rm, _c(td))
+    Rp, pp, Rc, pc = kp._placements(mech, b)
+    RpRm = mm3(_c(Rp), Rm)
+    return mm3(RpRm, _c(Rc)), mv3(RpRm, _c(pc)) + mv3(_c(Rp), pm) + _c(pp)
 
 
 def world_poses(mech: Mechanism, Rl, pl):
@@ -163,9 +206,11 @@ def forward_kinematics(mech: Mechanism, QT):
 
 
 def _columns_body(mech: Mechanism, QT):
-    """Body-frame motion column (nv, 6, B or 1) of every velocity coordinate. Hinge and slide
-    columns are model constants (evaluated once); the other joints' columns per state."""
+    """Body-frame motion column (nv, 6, B or 1) of every velocity coordinate. Hinge, slide, free,
+    spherical and fixed columns are model constants (they depend on th1, th2, d only through the
+    factors a joint does not move; evaluated once); universal and cylindrical ones per state."""
     hinge, slide, other, _ = kp._pose_classes(mech)
+    other = _split_other(mech, other)[1]
     topo = mech.topo
     v_body, v_col = np.asarray(topo.v_body), np.asarray(topo.v_col)
     nb = mech.nb
