@@ -344,6 +344,7 @@ def frame_jacobian(mech: Mechanism, q: jnp.ndarray, name: str, reference: str = 
 # ----------------------------------------------------------------------------- integrate
 
 
+@entry()
 def integrate(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, dt=1.0) -> jnp.ndarray:
     """``q (+) v dt``: additive for 1-D coordinates, ``quat * Exp(w dt)`` for spherical joints and
     ``T * Exp(xi dt)`` (SE(3) exponential of the body twist) for free joints. (nq,)."""
@@ -365,6 +366,7 @@ def integrate(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, dt=1.0) -> jnp.nd
     return out
 
 
+@entry()
 def difference(mech: Mechanism, q0: jnp.ndarray, q1: jnp.ndarray) -> jnp.ndarray:
     """Inverse of :func:`integrate` with dt = 1: v with ``integrate(q0, v) == q1``. (nv,)."""
     t = mech.topo
@@ -391,6 +393,7 @@ def normalize(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     return q
 
 
+@entry()
 def random_configuration(mech: Mechanism, key, scale: float = 1.0) -> jnp.ndarray:
     """A random q: 1-D coordinates uniform within limits (or +-scale where unbounded),
     random unit quaternions, free-joint positions +-scale. For tests and benchmarks."""

@@ -54,6 +54,7 @@ density > 30x its value with 512 samples of leg-length excitation at 5 % noise).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import equinox as eqx
 import jax
@@ -442,34 +443,19 @@ def identify_regressor(
     nf, ns = len(full), len(scaled)
     Y, off = regressor(mech_guess, data, full, scaled) if Y is None else Y
     N, npt, p = Y.shape
-    scale = jnp.sqrt(jnp.mean(data.f**2, 0)) + 1e-12
-    A = (Y / scale[None, :, None]).reshape(N * npt, p)
-    y = ((data.f - off) / scale).reshape(-1)
-    Qm, R = jnp.linalg.qr(A)
-    b = Qm.T @ y
-    res0 = jnp.sum((y - Qm @ b) ** 2)
-    n_res = N * npt
-
     z0 = jnp.concatenate([get_theta(mech_guess, full).reshape(-1), jnp.zeros(ns, Y.dtype)])
-
-    def coeffs(z):
-        th = z[: 10 * nf].reshape(nf, 10)
-        return jnp.concatenate([jax.vmap(theta_to_standard)(th).reshape(-1), jnp.exp(z[10 * nf :])])
-
     idx_s = body_indices(mech_guess, scaled)
     m_s = jnp.asarray(mech_guess.mass)[idx_s]
+    R, b, res0, Lt = _reduced_system(Y, data.f, off, z0, nf)
+    n_res = N * npt
+
+    def coeffs(z):
+        return _coeffs(z, nf)
 
     def masses(z):
         c = coeffs(z)
         return jnp.concatenate([c[: 10 * nf : 10], c[10 * nf :] * m_s])
 
-    # preconditioning: z = z0 + L^-T w with L L^T the Gauss-Newton Hessian at z0, so that the
-    # descent sees a near-isotropic quadratic (the leg scales are strongly correlated with each
-    # other and with the payload; plain L-BFGS then needs thousands of iterations)
-    G = R @ jax.jacfwd(coeffs)(z0)
-    H = G.T @ G
-    H = H + 1e-12 * jnp.trace(H) / H.shape[0] * jnp.eye(H.shape[0], dtype=H.dtype)
-    Lt = jnp.linalg.cholesky(H).T
     to_z = lambda w: z0 + jax.scipy.linalg.solve_triangular(Lt, w, lower=False)  # noqa: E731
 
     def loss(w):
@@ -485,14 +471,14 @@ def identify_regressor(
     theta, log_scale = z[: 10 * nf].reshape(nf, 10), z[10 * nf :]
     mech = set_theta(mech_guess, full, theta) if nf else mech_guess
     if ns:
-        m, c, I = jax.vmap(scaled_inertial)(log_scale, mech.mass[idx_s], mech.com[idx_s], mech.inertia[idx_s])
+        m, c, I = jit(jax.vmap(scaled_inertial))(log_scale, mech.mass[idx_s], mech.com[idx_s], mech.inertia[idx_s])
         mech = eqx.tree_at(
             lambda k: (k.mass, k.inertia), mech, (mech.mass.at[idx_s].set(m), mech.inertia.at[idx_s].set(I))
         )
     # predicted standard deviations of the masses (linear model around the optimum)
     sigma2 = float(losses[-1]) * n_res / max(n_res - p, 1)
-    Rinv = jnp.linalg.inv(R)
-    sd_c = np.sqrt(sigma2 * np.asarray(jnp.sum(Rinv**2, 1)))
+    Rinv = np.linalg.inv(np.asarray(R))
+    sd_c = np.sqrt(sigma2 * np.sum(Rinv**2, 1))
     sd = np.concatenate([sd_c[: 10 * nf : 10], sd_c[10 * nf :] * np.asarray(m_s)])
     bodies = full + scaled
     errs = np.zeros((0, len(bodies)))
@@ -502,6 +488,34 @@ def identify_regressor(
     return RegressorSysIdResult(
         mech, theta, log_scale, bodies, losses, hist, errs, sd, time.perf_counter() - t0, iterations
     )
+
+
+def _coeffs(z, nf: int):
+    """Linear coefficients of the regressor from the unconstrained ``z``: the standard parameters
+    of ``nf`` log-Cholesky bodies, then the mass scales ``exp(s)``."""
+    th = z[: 10 * nf].reshape(nf, 10)
+    return jnp.concatenate([jax.vmap(theta_to_standard)(th).reshape(-1), jnp.exp(z[10 * nf :])])
+
+
+@partial(jit, static_argnames="nf")
+def _reduced_system(Y, f, off, z0, nf: int):
+    """The weighted regressor reduced by QR (``R``, ``b = Q^T y``, the residual ``|y - Q b|^2``
+    outside its range) and the preconditioner ``L^T`` (``L L^T`` the Gauss-Newton Hessian at
+    ``z0``): one compiled program (eagerly these ops compiled one by one, ~100 programs)."""
+    N, npt, p = Y.shape
+    scale = jnp.sqrt(jnp.mean(f**2, 0)) + 1e-12
+    A = (Y / scale[None, :, None]).reshape(N * npt, p)
+    y = ((f - off) / scale).reshape(-1)
+    Qm, R = jnp.linalg.qr(A)
+    b = Qm.T @ y
+    res0 = jnp.sum((y - Qm @ b) ** 2)
+    # preconditioning: z = z0 + L^-T w with L L^T the Gauss-Newton Hessian at z0, so that the
+    # descent sees a near-isotropic quadratic (the leg scales are strongly correlated with each
+    # other and with the payload; plain L-BFGS then needs thousands of iterations)
+    G = R @ jax.jacfwd(lambda z: _coeffs(z, nf))(z0)
+    H = G.T @ G
+    H = H + 1e-12 * jnp.trace(H) / H.shape[0] * jnp.eye(H.shape[0], dtype=H.dtype)
+    return R, b, res0, jnp.linalg.cholesky(H).T
 
 
 def _descend(loss, masses, z0, iterations, optimizer, learning_rate, adam_iterations):

@@ -58,3 +58,15 @@ def closed_states(mech: jm.Mechanism, n: int, spread: float, seed: int = 0) -> n
     ok = np.asarray(res.status) == 0
     assert ok.sum() >= max(1, n // 2), f"{mech.name}: assembly failed on {np.sum(~ok)} of {n} states"
     return np.asarray(res.q)[ok]
+
+
+@functools.partial(jm.jit, static_argnames="n")
+def _random_configurations(mech, seed, n, scale):
+    keys = jax.random.split(jax.random.PRNGKey(seed), n)
+    return jax.vmap(jm.random_configuration, (None, 0, None))(mech, keys, scale)
+
+
+def random_configurations(mech: jm.Mechanism, n: int, seed: int, scale: float = 1.0) -> jnp.ndarray:
+    """``jm.random_configuration`` at the ``n`` keys ``split(PRNGKey(seed), n)``: one compiled
+    program per topology and ``n`` (an eager ``vmap`` of a lambda compiles every primitive)."""
+    return _random_configurations(mech, seed, n, float(scale))

@@ -245,7 +245,7 @@ def test_stewart_forward_kinematics_from_perturbed_guesses(stewart, stewart_geom
     scale[fv[3:]] = 0.2  # m
     scale[[mech.v_slice(f"leg_{i}_length").start for i in range(6)]] = 0.0  # actuated: exact
     dv = rng.uniform(-1, 1, (B, mech.nv)) * scale
-    guesses = np.array(jax.vmap(lambda v: jm.integrate(mech, jnp.asarray(q0), v))(jnp.asarray(dv)))
+    guesses = np.array(jm.jit(jax.vmap(jm.integrate, (None, None, 0)))(mech, jnp.asarray(q0), jnp.asarray(dv)))
     guesses[5] = np.nan
     free = eqx.tree_at(
         lambda m: (m.lower, m.upper), mech, (jnp.full_like(mech.lower, -jnp.inf), jnp.full_like(mech.upper, jnp.inf))
@@ -265,7 +265,7 @@ def test_stewart_forward_kinematics_from_perturbed_guesses(stewart, stewart_geom
     assert np.all(np.isfinite(Q))
     assert np.asarray(r.residual)[good][ok].max() <= 1e-12
     # forward kinematics: the converged states reproduce the platform pose of q0 (same branch)
-    d = np.asarray(jax.vmap(lambda q: jm.difference(mech, jnp.asarray(q0), q))(jnp.asarray(Q[good][ok])))
+    d = np.asarray(jm.jit(jax.vmap(jm.difference, (None, None, 0)))(mech, jnp.asarray(q0), jnp.asarray(Q[good][ok])))
     assert np.abs(d).max() <= 1e-9
     # the bounded model reports the over-long leg as out of bounds
     rb = solve_st(mech, jnp.asarray(np.concatenate([guesses[[0, 7]], np.tile(q0, (B - 2, 1))])))

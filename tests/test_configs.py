@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _shared import load as shared_load
+from _shared import random_configurations
 
 import jaxmech as jm
 
@@ -224,8 +225,7 @@ def test_stewart_leg_frames_measure_leg_length():
     """leg_i_base (barrel, U centre) to leg_i_top (rod, sphere centre) = prismatic coordinate,
     on random tree states (pure kinematics)."""
     m = load("stewart.toml")
-    keys = jax.random.split(jax.random.PRNGKey(3), 64)
-    qs = jax.vmap(lambda k: jm.random_configuration(m, k, 1.0))(keys)
+    qs = random_configurations(m, 64, 3)
 
     def dist_err(q):
         errs = []
@@ -241,8 +241,7 @@ def test_stewart_leg_frames_measure_leg_length():
 @pytest.mark.parametrize("n", [256, pytest.param(8192, marks=pytest.mark.slow)])
 def test_stewart_batched_residual_and_jacobian(n):
     m = load("stewart.toml")
-    keys = jax.random.split(jax.random.PRNGKey(11), n)
-    qs = jax.vmap(lambda k: jm.random_configuration(m, k, 1.0))(keys)
+    qs = random_configurations(m, n, 11)
     f = jm.jit(jax.vmap(jm.closure_residual_and_jacobian, in_axes=(None, 0)))
     r, J = f(m, qs)
     assert r.shape == (n, 18) and J.shape == (n, 18, 24)
@@ -275,8 +274,7 @@ def test_excavator_cylinder_ports_measure_cylinder_length():
         ("arm_cyl_base", "arm_cyl_end", "arm_cyl"),
         ("bucket_cyl_base", "bucket_cyl_end", "bucket_cyl"),
     ]
-    keys = jax.random.split(jax.random.PRNGKey(5), 64)
-    qs = jax.vmap(lambda k: jm.random_configuration(m, k, 3.0))(keys)
+    qs = random_configurations(m, 64, 5, 3.0)
 
     def err(q):
         e = [

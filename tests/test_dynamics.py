@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 import pytest
+from _shared import random_configurations
 
 import jaxmech as jm
 from jaxmech.io import resolve_resource
@@ -77,8 +78,7 @@ def robot(request):
 
 
 def _states(mech, n, seed=0):
-    keys = jax.random.split(jax.random.PRNGKey(seed), n)
-    q = jax.vmap(lambda k: jm.random_configuration(mech, k))(keys)
+    q = random_configurations(mech, n, seed)
     rng = np.random.default_rng(seed)
     v, a, tau = (jnp.asarray(rng.normal(size=(n, mech.nv))) for _ in range(3))
     return q, v, a, tau

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from _shared import random_configurations
 
 import jaxmech as jm
 from jaxmech.io import resolve_resource
@@ -208,8 +209,7 @@ def _pin_compare(mech, path, floating, n=100):
     fixed_mass = sum(float(mech.mass[i]) for i in range(len(mech.body_names)) if _welded(mech, i))
     assert float(mech.mass.sum()) - fixed_mass == pytest.approx(pin.computeTotalMass(model), abs=1e-12)
     assert fixed_mass == pytest.approx(model.inertias[0].mass, abs=1e-12)
-    key = jax.random.PRNGKey(0)
-    qs = jax.vmap(lambda k: jm.random_configuration(mech, k))(jax.random.split(key, n))
+    qs = random_configurations(mech, n, 0)
     Ts = np.array(jax.vmap(fk, in_axes=(None, 0))(mech, qs))
     links = [f.name for f in model.frames if f.type == pin.FrameType.BODY]
     assert set(links) <= set(mech.body_names)
@@ -341,7 +341,7 @@ def test_cassie_tree_matches_product_of_exponentials(cassie):
         T[:3, :3], T[:3, 3] = R, p - R @ p
         return T
 
-    qs = jax.vmap(lambda k: jm.random_configuration(mech, k))(jax.random.split(jax.random.PRNGKey(7), 100))
+    qs = random_configurations(mech, 100, 7)
     Ts = np.array(jax.vmap(fk, in_axes=(None, 0))(mech, qs))
     t = mech.topo
     err = 0.0

@@ -314,9 +314,9 @@ def test_specialized_local_poses_equal_the_generic_formula(chain):
     assert hinge.size >= 2 and slide.size == 1 and other.size >= 4  # the chain has every class
     offsets = RNG.normal(size=(2, mech.nb))  # th1 / d offsets on every body, used slot or not
     mech = eqx.tree_at(lambda m: (m.offset_th, m.offset_d), mech, tuple(jnp.asarray(o) for o in offsets))
+    both = jm.jit(lambda m, q: (local_poses(m, q), _generic_local_poses(m, q, np.arange(m.nb))))
     for k in range(3):
-        q = jm.random_configuration(mech, jax.random.PRNGKey(10 + k), scale=2.0)
-        R, p = local_poses(mech, q)
-        R0, p0 = _generic_local_poses(mech, q, np.arange(mech.nb))
+        q = jm.jit(jm.random_configuration)(mech, jax.random.PRNGKey(10 + k), 2.0)
+        (R, p), (R0, p0) = both(mech, q)
         np.testing.assert_allclose(R, R0, rtol=0, atol=2e-15)
         np.testing.assert_allclose(p, p0, rtol=0, atol=2e-15)

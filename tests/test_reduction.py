@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _shared import assemble_batch, load
+from _shared import assemble_batch, load, random_configurations
 
 import jaxmech as jm
 from jaxmech import reduction as red
@@ -128,8 +128,7 @@ _SLOW = pytest.mark.slow
 def test_curvature_random_states(configs_dir, name):
     """gamma = Cdot v against jax.jvp at random (not closed) states and velocities."""
     mech = _load(configs_dir, name)
-    keys = jax.random.split(jax.random.PRNGKey(3), BATCH)
-    Q = jax.vmap(lambda k: jm.random_configuration(mech, k))(keys)
+    Q = random_configurations(mech, BATCH, 3)
     V = jax.random.normal(jax.random.PRNGKey(4), (BATCH, mech.nv))
     g, gr = jm.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
     scale = jnp.maximum(1.0, jnp.max(jnp.abs(gr), -1))
@@ -163,8 +162,7 @@ def test_curvature_all_row_types():
     G.add_constraint("cp", "pose", body_a="world", body_b="l1", axes=[1, 0, 1, 0, 1, 1])
     G.add_coupling("cc", {"j0": 1.0, "j2": -0.5})
     mech = jm.compile(G)
-    keys = jax.random.split(jax.random.PRNGKey(5), BATCH)
-    Q = jax.vmap(lambda k: jm.random_configuration(mech, k))(keys)
+    Q = random_configurations(mech, BATCH, 5)
     V = jax.random.normal(jax.random.PRNGKey(6), (BATCH, mech.nv))
     g, gr = jm.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
     assert g.shape == (BATCH, mech.n_rows)

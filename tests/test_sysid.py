@@ -34,34 +34,34 @@ def _physical(m, I):
 
 def test_log_cholesky_roundtrip_and_physical(stewart):
     th = sysid.get_theta(stewart, BODIES)
-    m, c, I = jax.vmap(sysid.theta_to_inertial)(th)
+    m, c, I = jm.jit(jax.vmap(sysid.theta_to_inertial))(th)
     idx = sysid.body_indices(stewart, BODIES)
     np.testing.assert_allclose(np.asarray(m), np.asarray(stewart.mass)[idx], rtol=1e-12)
     np.testing.assert_allclose(np.asarray(c), np.asarray(stewart.com)[idx], atol=1e-12)
     np.testing.assert_allclose(np.asarray(I), np.asarray(stewart.inertia)[idx], atol=1e-12)
     # any real vector is physically consistent: m > 0, inertia PD with triangle inequalities
-    rnd = jax.random.normal(jax.random.PRNGKey(0), (200, 10))
-    m, c, I = jax.vmap(sysid.theta_to_inertial)(rnd)
+    rnd = jnp.asarray(np.random.default_rng(0).normal(size=(200, 10)))
+    m, c, I = jm.jit(jax.vmap(sysid.theta_to_inertial))(rnd)
     _physical(m, I)
 
 
 def test_parametrizations_physical_for_random_vectors(stewart):
     """Both parametrizations give a physically consistent body for any unconstrained vector: the
     log-Cholesky one (via the standard parameters the regressor uses) and the mass scale."""
-    rnd = 2.0 * jax.random.normal(jax.random.PRNGKey(1), (300, 10))
-    phi = jax.vmap(sysid.theta_to_standard)(rnd)
-    m, c, I = jax.vmap(sysid.inertial_from_standard)(phi)
-    m2, c2, I2 = jax.vmap(sysid.theta_to_inertial)(rnd)
+    rnd = jnp.asarray(2.0 * np.random.default_rng(1).normal(size=(300, 10)))
+    phi = jm.jit(jax.vmap(sysid.theta_to_standard))(rnd)
+    m, c, I = jm.jit(jax.vmap(sysid.inertial_from_standard))(phi)
+    m2, c2, I2 = jm.jit(jax.vmap(sysid.theta_to_inertial))(rnd)
     np.testing.assert_allclose(np.asarray(m), np.asarray(m2), rtol=1e-10)
     np.testing.assert_allclose(np.asarray(I), np.asarray(I2), rtol=1e-8, atol=1e-10 * float(jnp.abs(I2).max()))
     _physical(m, I)
     # standard parameters round trip on the real bodies
-    phi0 = jax.vmap(sysid.standard_parameters)(stewart.mass, stewart.com, stewart.inertia)
-    m0, c0, I0 = jax.vmap(sysid.inertial_from_standard)(phi0)
+    phi0 = jm.jit(jax.vmap(sysid.standard_parameters))(stewart.mass, stewart.com, stewart.inertia)
+    m0, c0, I0 = jm.jit(jax.vmap(sysid.inertial_from_standard))(phi0)
     np.testing.assert_allclose(np.asarray(I0), np.asarray(stewart.inertia), atol=1e-14)
     # mass scale on every body of the Stewart platform, log-scales over +-5
-    s = jax.random.uniform(jax.random.PRNGKey(2), (50, stewart.mass.shape[0]), minval=-5.0, maxval=5.0)
-    ms, cs, Is = jax.vmap(jax.vmap(sysid.scaled_inertial), in_axes=(0, None, None, None))(
+    s = jnp.asarray(np.random.default_rng(2).uniform(-5.0, 5.0, (50, stewart.mass.shape[0])))
+    ms, cs, Is = jm.jit(jax.vmap(jax.vmap(sysid.scaled_inertial), in_axes=(0, None, None, None)))(
         s, stewart.mass, stewart.com, stewart.inertia
     )
     _physical(ms.reshape(-1), Is.reshape(-1, 3, 3))
@@ -96,7 +96,7 @@ def test_regressor_reproduces_true_efforts(stewart, excited):
     guess, full, scaled = _guess(stewart)
     Y, off = sysid.regressor(guess, excited, full, scaled)
     assert Y.shape == (128, 6, 10 * len(full) + len(scaled))
-    phi = jax.vmap(sysid.standard_parameters)(stewart.mass, stewart.com, stewart.inertia)
+    phi = jm.jit(jax.vmap(sysid.standard_parameters))(stewart.mass, stewart.com, stewart.inertia)
     fi, si = sysid.body_indices(stewart, full), sysid.body_indices(stewart, scaled)
     x = jnp.concatenate([phi[fi].reshape(-1), stewart.mass[si] / guess.mass[si]])
     np.testing.assert_allclose(np.asarray(Y @ x + off), np.asarray(excited.f), rtol=1e-9, atol=1e-9)
