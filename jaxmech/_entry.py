@@ -57,12 +57,14 @@ def _hashable(x) -> bool:
     return True
 
 
-def entry(static_argnames: tuple[str, ...] = (), prime_mobility: bool = False, eager_if=None):
+def entry(static_argnames: tuple[str, ...] = (), prime_mobility: bool = False, eager_if=None, prepare=None):
     """Decorator: run eager calls of ``fn(mech, ...)`` through one cached ``jax.jit``.
 
     ``static_argnames``: the options that select code (strings, names, ints); lists given for
     them are passed as tuples. ``eager_if(bound_arguments) -> bool``: calls that must run as
-    written (e.g. options whose meaning depends on concrete values)."""
+    written (e.g. options whose meaning depends on concrete values). ``prepare(bound_arguments)``:
+    fills in, from the concrete arguments, options the compiled call needs (it edits the dict in
+    place), before the static options are read."""
 
     def deco(fn):
         sig = inspect.signature(fn)
@@ -74,6 +76,8 @@ def entry(static_argnames: tuple[str, ...] = (), prime_mobility: bool = False, e
             if _traced((args, kwargs)) and not (_eager_vmap((args, kwargs)) and not _traced(args[:1])):
                 return fn(*args, **kwargs)  # inside jit/grad, or a batched model: run as written
             bound = sig.bind(*args, **kwargs)
+            if prepare is not None:
+                prepare(bound.arguments)
             for name in static_argnames:
                 if isinstance(bound.arguments.get(name), list):
                     bound.arguments[name] = tuple(bound.arguments[name])

@@ -112,8 +112,24 @@ def _solve_block(C, I, D, nD: int, extra=None, rcond_tol: float = 1e-10):
 
 
 def _auto_rank_from_q(args) -> bool:
-    """``independent='auto'`` without ``d`` takes the rank from the concrete ``q``: run as written."""
+    """``independent='auto'`` without ``d`` takes the rank from the concrete ``q``: run as written
+    (left only where :func:`_auto_d_from_q` could not fill ``d`` in, e.g. an eager ``vmap``)."""
     return isinstance(args.get("independent"), str) and args["independent"] == "auto" and args.get("d") is None
+
+
+def _auto_d_from_q(args) -> None:
+    """For ``independent='auto'`` at a concrete ``q`` without ``d``: ``d = nv - rank C(q)`` (the
+    SVD rank of :func:`jaxmech.rank.numerical_rank`, here in numpy on the compiled ``C``), so the
+    call then runs as one compiled program instead of primitive by primitive."""
+    if not _auto_rank_from_q(args):
+        return
+    mech, q = args["mech"], args["q"]
+    if not _concrete_model(mech) or isinstance(q, jax.core.Tracer) or not mech.n_rows:
+        return
+    C = np.asarray(closure_jacobian(mech, q))
+    sv = np.linalg.svd(C, compute_uv=False)
+    r = int(np.sum((sv > 1e-9 * sv[0]) & (sv > np.finfo(C.dtype).tiny))) if sv.size else 0
+    args["d"] = mech.nv - r
 
 
 def _concrete_model(mech: Mechanism) -> bool:
@@ -161,6 +177,7 @@ def _choose(mech: Mechanism, q, C, independent, d):
     static_argnames=("independent", "d", "rcond_tol", "tol"),
     prime_mobility=True,
     eager_if=_auto_rank_from_q,
+    prepare=_auto_d_from_q,
 )
 def tangent_map_status(
     mech: Mechanism,
@@ -254,6 +271,7 @@ def tree_speed_lift(mech: Mechanism, E: jnp.ndarray, joints=None) -> jnp.ndarray
     static_argnames=("independent", "d", "rcond_tol", "tol"),
     prime_mobility=True,
     eager_if=_auto_rank_from_q,
+    prepare=_auto_d_from_q,
 )
 def acceleration_lift_status(
     mech: Mechanism,

@@ -116,9 +116,9 @@ def test_stewart_vs_pinocchio(cfg):
         a_ref = _pin_fd(mech, model, cons, Q[i], V[i], T[i])
         assert np.max(np.abs(A[i] - a_ref)) / np.max(np.abs(a_ref)) < 1e-10
     assert float(jnp.max(kkt.constraint_error)) < 1e-11
-    # independent check of the closure: C a + gamma with gamma from jvp autodiff
-    Cs, _, gam, Ms, hs = _padded(_closure_terms)(mech, jnp.asarray(Q), jnp.asarray(V))
-    assert float(jnp.max(jnp.abs(jnp.einsum("nij,nj->ni", Cs, kkt.a) + gam))) < 1e-11
+    # (the Stewart's analytic gamma against jvp autodiff: test_reduction.test_curvature_random_states;
+    # the accelerations above against Pinocchio check C a + gamma = 0 independently)
+    Cs, _, _, Ms, hs = _padded(_closure_terms)(mech, jnp.asarray(Q), jnp.asarray(V), autodiff=False)
     # KKT and projected agree, accelerations and multipliers
     assert float(jnp.max(jnp.abs(kkt.a - proj.a)) / jnp.max(jnp.abs(kkt.a))) < 1e-10
     assert float(jnp.max(jnp.abs(kkt.multipliers - proj.multipliers)) / jnp.max(jnp.abs(kkt.multipliers))) < 1e-10
