@@ -32,8 +32,6 @@ least weighted norm ``f^T W^-1 f``.
 
 from __future__ import annotations
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -130,16 +128,27 @@ def _is_concrete(*xs) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(xs))
 
 
-@partial(jit, static_argnames=("rtol",))
-def _closed_reference(mech: Mechanism, q0: jnp.ndarray, rtol: float):
-    """``(rank, C)`` of the closure Jacobian after minimum-norm Gauss-Newton projection of ``q0``
-    onto the closure manifold (off the manifold the rank of redundant rows can be larger)."""
-    from .closure import closure_jacobian
-    from .rank import numerical_rank
-    from .simulate import project_position
+def _closed_reference(mech: Mechanism, q0: np.ndarray, rtol: float):
+    """``(rank, C)`` of the closure Jacobian after 10 minimum-norm Gauss-Newton steps from ``q0``
+    (off the closure manifold the rank of redundant rows can be larger): the steps of
+    :func:`jaxmech.simulate.project_position`, run on the host in numpy around two small compiled
+    programs (residual + Jacobian, and the configuration update). A one-time cost per model; one
+    traced program with the loop and an SVD inside compiled 2-3x longer (1-3 s per model)."""
+    from .closure import closure_residual_and_jacobian
+    from .kinpass import integrate
 
-    C = closure_jacobian(mech, project_position(mech, q0, iters=10))
-    return numerical_rank(C, rtol), C
+    rj = _compiled("residual_jacobian", jit(closure_residual_and_jacobian), (mech, q0), {}, {})
+    step = _compiled("integrate", jit(integrate), (mech, q0, q0[: mech.nv] * 0), {}, {})
+    q = np.asarray(q0)
+    for _ in range(10):
+        r, C = (np.asarray(x) for x in rj(mech, q))
+        G = C @ C.T
+        G[np.diag_indices_from(G)] += 1e3 * np.finfo(G.dtype).eps * max(np.abs(np.diag(G)).max(initial=0.0), 1.0)
+        q = np.asarray(step(mech, q, -C.T @ np.linalg.solve(G, r)))
+    C = np.asarray(rj(mech, q)[1])
+    sv = np.linalg.svd(C, compute_uv=False) if C.size else np.zeros(0)
+    rank = int(np.sum((sv > rtol * sv[0]) & (sv > np.finfo(C.dtype).tiny))) if sv.size else 0
+    return rank, C
 
 
 _select_compiled_jit = jit(select_independent, static_argnames=("d", "rtol", "ptol"))
@@ -183,8 +192,8 @@ def _reference(mech: Mechanism, rtol: float = 1e-9):
         # executable on the concrete model (ensure_compile_time_eval would instead evaluate the
         # body primitive by primitive, ~150 tiny compilations and ~5 s per model).
         q0 = np.asarray(mech.q0)
-        r, C = _compiled("reference", _closed_reference, (mech, q0), {}, {"rtol": float(rtol)})(mech, q0)
-        d = int(mech.nv - int(r))
+        r, C = _closed_reference(mech, q0, float(rtol))
+        d = int(mech.nv - r)
         I, _, _ = _select_compiled(np.asarray(C), d, coordinate_tiers(mech), rtol)
         if len(_MOBILITY_CACHE) > 64:
             _MOBILITY_CACHE.clear()
