@@ -112,6 +112,22 @@ def cast(tree, dtype):
 REUSED = {"host_buffers": False}
 
 
+def pin_to_core(core: int | None) -> None:
+    """Pin every thread of this process to ``core`` (as ``taskset -c core``); ``None`` leaves it.
+
+    Call it before the first JAX computation: XLA sizes its CPU pool from the cores the process
+    may use when the client is created, and a one-core pool runs batched LAPACK kernels inline.
+    MJX's batched solver (Cholesky per state) hangs on this machine's 2-thread pool otherwise:
+    ``BENCHMARKS.md`` pins MJX to one core for that reason."""
+    if core is None or not hasattr(os, "sched_setaffinity"):
+        return
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), {int(core)})
+        except OSError:  # a thread that just ended
+            pass
+
+
 def add_reuse_flag(ap) -> None:
     """``--reuse-buffers``: the scripts' switch for :func:`jaxmech.reuse_host_buffers`."""
     ap.add_argument(

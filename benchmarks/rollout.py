@@ -14,7 +14,9 @@
   ``chunk`` steps (one compiled scan, re-used), so ``--budget`` can stop a rollout early (the JSON
   then records the simulated time reached).
 
-float64 (reference) and float32. Compile time separate, runs blocked on the result.
+float64 (reference) and float32. Compile time separate, runs blocked on the result. The process
+is pinned to one core (``--core``, default 0) as ``BENCHMARKS.md`` asks: on two cores MJX's batched
+solver deadlocks XLA's CPU pool (seen in CI's smoke run; ``--no-pin`` to use every core).
 
     python benchmarks/rollout.py [--quick] [--budget SECONDS] [--dtypes float64 float32]
 """
@@ -283,8 +285,11 @@ def main(argv=None):
     ap.add_argument("--out", default="rollout")
     ap.add_argument("--examples", nargs="*", default=["stewart", "excavator"], help="rollouts to run")
     ap.add_argument("--no-env", action="store_true", help="skip the environment-throughput table")
+    ap.add_argument("--core", type=int, default=0, help="CPU core to pin the process to (MJX hangs on two)")
+    ap.add_argument("--no-pin", action="store_true", help="use every core (MJX's batched solver may hang)")
     common.add_reuse_flag(ap)
     a = ap.parse_args(argv)
+    common.pin_to_core(None if a.no_pin else a.core)
     common.reuse_host_buffers(a.reuse_buffers)
     run(a.quick, a.budget, tuple(a.dtypes), a.batch, a.seconds, a.out, tuple(a.examples), not a.no_env)
 
