@@ -177,23 +177,30 @@ def _free_local_poses(mech: Mechanism, qe, b: np.ndarray):
 
 
 def world_poses(mech: Mechanism, Rl, pl):
-    """World rotations (nb, 3, 3, B) and positions (nb, 3, B) from local ones: one ``lax.scan``
-    step per depth level over the padded level table of :func:`jaxmech.kinpass._levels`."""
-    nb, dt, B = mech.nb, Rl.dtype, Rl.shape[-1]
-    tab, par = kp._levels(mech)
-    Rl = jnp.concatenate([Rl, jnp.zeros((2, 3, 3, B), dt)], 0)
-    pl = jnp.concatenate([pl, jnp.zeros((2, 3, B), dt)], 0)
-    eye = jnp.broadcast_to(jnp.eye(3, dtype=dt)[..., None], (3, 3, B))
-    R0 = jnp.zeros((nb + 2, 3, 3, B), dt).at[nb].set(eye)
+    """World rotations (nb, 3, 3, B) and positions (nb, 3, B) from local ones: one step per depth
+    level, unrolled, each with its own width and static parent indices.
 
-    def down(carry, x):
-        idx, pidx = x
-        R, p = carry
-        Rp = R[pidx]
-        return (R.at[idx].set(mm3(Rp, Rl[idx])), p.at[idx].set(mv3(Rp, pl[idx]) + p[pidx])), None
-
-    (R, p), _ = jax.lax.scan(down, (R0, jnp.zeros((nb + 2, 3, B), dt)), (tab, par))
-    return R[:nb], p[:nb]
+    A body's parent is one level up, so level ``k`` reads only level ``k - 1``'s array. The padded
+    ``lax.scan`` of :func:`jaxmech.kinpass._world_poses` (per-state code) would do Kangaroo's 78
+    bodies as 9 levels of 20 (180 products) with dynamic gathers and scatters; unrolled, the program
+    grows by one small block per level (``benchmarks/PROFILE.md``, session 31)."""
+    levels, parent = mech.topo.levels, np.asarray(mech.topo.parent)
+    if not levels:
+        return Rl, pl
+    Rs, ps, prev = [], [], None
+    for lv in levels:
+        lv = np.asarray(lv)
+        if prev is None:  # roots: their parent is the world
+            R, p = Rl[lv], pl[lv]
+        else:
+            at = np.searchsorted(prev, parent[lv])  # levels are sorted body indices
+            Rp, pp = Rs[-1][at], ps[-1][at]
+            R, p = mm3(Rp, Rl[lv]), mv3(Rp, pl[lv]) + pp
+        Rs.append(R)
+        ps.append(p)
+        prev = lv
+    inv = np.argsort(np.concatenate(levels))
+    return jnp.concatenate(Rs, 0)[inv], jnp.concatenate(ps, 0)[inv]
 
 
 def forward_kinematics(mech: Mechanism, QT):
