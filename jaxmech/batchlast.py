@@ -257,9 +257,14 @@ def world_columns(mech: Mechanism, Re, pe, QT):
 # ----------------------------------------------------------------------------- closure rows
 
 
+LOG_ROWS = ("weld", "pose", "prismatic")
+"""Row types whose formulas go through a matrix log: the per-state code, batch moved last."""
+
+
 def _group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
-    """``Delta`` as (R (n, 3, 3, B), p (n, 3, B)) and ``W`` (n, m, 6, B): the path columns in cut
-    frame A (``closure._world_group_terms``, batch last, W with its columns ahead of the rows)."""
+    """Cut frames A, B in the world, ``Delta = A^-1 B`` as (R (n, 3, 3, B), p (n, 3, B)), and the
+    signed world motion columns of each loop's path, ``x`` (n, m, 6, B) (None without ``cols``).
+    Returns ``(DR, Dp, RA, pA, RB, pB, x)``."""
     topo, nb, dt = mech.topo, mech.nb, Re.dtype
     lb = np.array([topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)
     ba, bb = np.where(lb[:, 0] < 0, nb, lb[:, 0]), np.where(lb[:, 1] < 0, nb, lb[:, 1])
@@ -268,46 +273,51 @@ def _group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
     RB, pB = mm3(Re[bb], _c(Cb[:, :3, :3])), mv3(Re[bb], _c(Cb[:, :3, 3])) + pe[bb]
     DR, Dp = mm3(_t3(RA), RB), mtv3(RA, pB - pA)
     if cols is None:
-        return DR, Dp, None
+        return DR, Dp, RA, pA, RB, pB, None
     anc = np.concatenate([topo.ancestor, np.zeros((1, mech.nv), bool)], 0).astype(float)
     n = ba.size
     sign = (anc[bb] - anc[ba])[np.arange(n)[:, None], g.dof_v] * (g.dof_sign != 0)  # (n, m) static
-    x = cols[g.dof_v] * jnp.asarray(sign, dt)[:, :, None, None]  # (n, m, 6, B)
+    return DR, Dp, RA, pA, RB, pB, cols[g.dof_v] * jnp.asarray(sign, dt)[:, :, None, None]
+
+
+def _columns_in_a(RA, pA, x):
+    """``W`` (n, m, 6, B): the signed world columns ``x`` as twists in cut frame A
+    (``closure._world_group_terms``), for the log-based rows."""
     RA_, pA_ = RA[:, None], pA[:, None]
     w = mtv3(RA_, x[:, :, :3])
     lin = mtv3(RA_, x[:, :, 3:] - cross(pA_, x[:, :, :3]))
-    W = jnp.concatenate([w, lin], 2)
-    return DR, Dp, materialize(W)[0]
+    return materialize(jnp.concatenate([w, lin], 2))[0]
 
 
-def _axis_rows(DR, Wa, pairs, with_jac):
-    """Entries ``e_i . R e_k`` (n, len, B) and rates ``-e_i^T (R e_k)^ omega`` (n, len, m, B)."""
-    vals = jnp.stack([DR[:, i, k] for i, k in pairs], 1)
+def _log_rows(mech: Mechanism, g: LoopGroup, DR, Dp, W, with_jac: bool):
+    """Weld, pose and prismatic rows: :func:`jaxmech.closure._rows` vmapped, batch moved last."""
+    from .closure import _rows as rows_one
+
+    Delta = lie.make_pose(jnp.moveaxis(DR, -1, 0), jnp.moveaxis(Dp, -1, 0))  # (B, n, 4, 4)
     if not with_jac:
-        return vals, None
-    rates = jnp.stack([-cross(DR[:, None, :, k], Wa)[:, :, i] for i, k in pairs], 1)
-    return vals, rates
+        res, _ = jax.vmap(lambda D: rows_one(mech, g, D, jnp.zeros(D.shape[:1] + (6, 0), D.dtype), False))(Delta)
+        return jnp.moveaxis(res, 0, -1), None
+    Wf = jnp.moveaxis(jnp.swapaxes(W, 1, 2), -1, 0)  # (B, n, 6, m)
+    res, jac = jax.vmap(lambda D, Wk: rows_one(mech, g, D, Wk, True))(Delta, Wf)
+    return jnp.moveaxis(res, 0, -1), jnp.moveaxis(jac, 0, -1)
 
 
-def _rows(mech: Mechanism, g: LoopGroup, DR, Dp, W, with_jac: bool):
-    """Residual rows (n, r, B) and Jacobian rows (n, r, m, B) of one group (``closure._rows``)."""
+def _rows(mech: Mechanism, g: LoopGroup, terms, with_jac: bool):
+    """Residual rows (n, r, B) and Jacobian rows (n, r, m, B) of one group (``closure._rows``).
+
+    The residuals are the per-state formulas. The point, distance, hinge-axis and universal rows
+    take their Jacobian in the world frame, which needs no path columns in frame A: with the
+    signed world column ``x_j = (w_j, l_j)`` of path coordinate j (angular first, linear part at
+    the world origin),
+    - ``d/dt [R_A^T (p_B - p_A)] = R_A^T (l_j + w_j x p_B)`` (the rotation of frame A included);
+    - ``d/dt [(R_A e_i) . (R_B e_k)] = w_j . ((R_B e_k) x (R_A e_i))``;
+    - ``d/dt |p_B - p_A| = u . (l_j + w_j x p_B)``, u the unit vector from A to B.
+    These are the frame-A forms of ``closure._rows`` rotated to the world (about half the flops);
+    they agree with the per-state code to rounding (``tests/test_batchlast.py``)."""
     t = g.type
-    if t in ("weld", "pose", "prismatic"):  # log-based rows: the per-state formulas, batch moved last
-        from .closure import _rows as rows_one
-
-        Delta = lie.make_pose(jnp.moveaxis(DR, -1, 0), jnp.moveaxis(Dp, -1, 0))  # (B, n, 4, 4)
-        if not with_jac:
-            res, _ = jax.vmap(lambda D: rows_one(mech, g, D, jnp.zeros(D.shape[:1] + (6, 0), D.dtype), False))(Delta)
-            return jnp.moveaxis(res, 0, -1), None
-        Wf = jnp.moveaxis(jnp.swapaxes(W, 1, 2), -1, 0)  # (B, n, 6, m)
-        res, jac = jax.vmap(lambda D, Wk: rows_one(mech, g, D, Wk, True))(Delta, Wf)
-        return jnp.moveaxis(res, 0, -1), jnp.moveaxis(jac, 0, -1)
-    Wa, Wl = (W[:, :, :3], W[:, :, 3:]) if with_jac else (None, None)
-    dp = None
-    if with_jac and t != "distance":
-        dp = jnp.swapaxes(Wl - cross(Dp[:, None], Wa), 1, 2)  # (n, 3, m, B): [-p^, I] W
-    if t == "point":
-        return Dp, dp
+    DR, Dp, RA, pA, RB, pB, x = terms
+    if t in LOG_ROWS:
+        return _log_rows(mech, g, DR, Dp, _columns_in_a(RA, pA, x) if with_jac else None, with_jac)
     if t == "distance":
         n2 = jnp.sum(Dp * Dp, 1)
         safe = n2 > 0
@@ -315,18 +325,25 @@ def _rows(mech: Mechanism, g: LoopGroup, DR, Dp, W, with_jac: bool):
         res = (jnp.where(safe, nrm, 0.0) - _c(mech.cut_length[g.param_index]))[:, None]
         if not with_jac:
             return res, None
-        u = jnp.where(safe[:, None], Dp / nrm[:, None], 0.0)
-        return res, jnp.sum(u[:, None] * Wl, 2)[:, None]
-    if t in ("revolute", "cylindrical"):
-        v, d = _axis_rows(DR, Wa, [(0, 2), (1, 2)], with_jac)
-        k = 3 if t == "revolute" else 2
-        res = jnp.concatenate([Dp[:, :k], v], 1)
-        return res, (jnp.concatenate([dp[:, :k], d], 1) if with_jac else None)
+        d = pB - pA
+        u = jnp.where(safe[:, None], d / nrm[:, None], 0.0)[:, None]  # (n, 1, 3, B) world
+        vel = x[:, :, 3:] + cross(x[:, :, :3], pB[:, None])
+        return res, jnp.sum(u * vel, 2)[:, None]
+    pairs = {"revolute": [(0, 2), (1, 2)], "cylindrical": [(0, 2), (1, 2)], "universal": [(0, 1)]}.get(t, [])
+    k = {"point": 3, "revolute": 3, "cylindrical": 2, "universal": 3}.get(t)
+    if k is None:  # pragma: no cover - compile() only creates known types
+        raise ValueError(f"unknown loop type {t}")
+    vals = [Dp[:, :k]] + [DR[:, i, kk][:, None] for i, kk in pairs]
     if t == "universal":
-        v, d = _axis_rows(DR, Wa, [(0, 1)], with_jac)
-        res = jnp.concatenate([Dp, v - _c(mech.cut_length[g.param_index])[:, None]], 1)
-        return res, (jnp.concatenate([dp, d], 1) if with_jac else None)
-    raise ValueError(f"unknown loop type {t}")  # pragma: no cover - compile() only creates known types
+        vals[-1] = vals[-1] - _c(mech.cut_length[g.param_index])[:, None]
+    res = jnp.concatenate(vals, 1) if len(vals) > 1 else vals[0]
+    if not with_jac:
+        return res, None
+    w = x[:, :, :3]
+    vel = x[:, :, 3:] + cross(w, pB[:, None])  # (n, m, 3, B) world velocity of p_B's point
+    dp = jnp.swapaxes(mtv3(RA[:, None], vel), 1, 2)[:, :k]  # (n, k, m, B)
+    rates = [jnp.sum(w * cross(RB[:, :, kk], RA[:, :, i])[:, None], 2)[:, None] for i, kk in pairs]
+    return res, jnp.concatenate([dp] + rates, 1) if rates else dp
 
 
 def closure_residual_and_jacobian(mech: Mechanism, QT, with_jac: bool = True):
@@ -341,8 +358,7 @@ def closure_residual_and_jacobian(mech: Mechanism, QT, with_jac: bool = True):
     cols = world_columns(mech, Re[:-1], pe[:-1], QT) if with_jac else None
     res, vals = [], []
     for g in topo.groups:
-        DR, Dp, W = _group_terms(mech, Re, pe, cols, g)
-        r, j = _rows(mech, g, DR, Dp, W, with_jac)
+        r, j = _rows(mech, g, _group_terms(mech, Re, pe, cols, g), with_jac)
         res.append(r.reshape(-1, B))
         if with_jac:
             vals.append(j.reshape(-1, B))
