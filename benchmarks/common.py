@@ -112,8 +112,9 @@ def cast(tree, dtype):
 REUSED = {"host_buffers": False}
 
 
-def pin_to_core(core: int | None) -> None:
-    """Pin every thread of this process to ``core`` (as ``taskset -c core``); ``None`` leaves it.
+def pin_to_core(core: int | set[int] | None) -> None:
+    """Pin every thread of this process (XLA's pools included) to ``core``, one core or a set of
+    them (as ``taskset -c``); ``None`` leaves it.
 
     Call it before the first JAX computation: XLA sizes its CPU pool from the cores the process
     may use when the client is created, and a one-core pool runs batched LAPACK kernels inline.
@@ -121,9 +122,10 @@ def pin_to_core(core: int | None) -> None:
     ``BENCHMARKS.md`` pins MJX to one core for that reason."""
     if core is None or not hasattr(os, "sched_setaffinity"):
         return
+    cores = {int(c) for c in core} if isinstance(core, (set, frozenset, list, tuple)) else {int(core)}
     for tid in os.listdir("/proc/self/task"):
         try:
-            os.sched_setaffinity(int(tid), {int(core)})
+            os.sched_setaffinity(int(tid), cores)
         except OSError:  # a thread that just ended
             pass
 

@@ -45,15 +45,6 @@ from jaxmech import simulate as sim  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def set_cores(cores: set[int]) -> None:
-    """Pin every thread of this process (XLA's pools included) to ``cores``."""
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(tid), cores)
-        except OSError:  # a thread that just ended
-            pass
-
-
 def states(mech, n, spread, seed=0):
     rng = np.random.default_rng(seed)
     qa = mech.topo.actuated_v
@@ -135,7 +126,7 @@ def bench(name, mech, batches, dtypes, passes, reps):
                     np.max(np.abs(np.einsum("nij,nj->ni", Cs[:b], a_ref) + Gs[:b]))
                 )
             for label, cores in passes:
-                set_cores(cores)
+                common.pin_to_core(cores)
                 t = common.time_interleaved(fns, reps=reps)
                 for k, tk in t.items():
                     row[f"{k}_us_per_state_best_cores{label}"] = 1e6 * tk.best_s / b
@@ -161,7 +152,7 @@ def bench(name, mech, batches, dtypes, passes, reps):
                     f"compile {compile_s:5.1f} s)  |Ca+g| {cerr:.1e}" + pin_txt,
                     flush=True,
                 )
-            set_cores(passes[-1][1] | passes[0][1])
+            common.pin_to_core(passes[-1][1] | passes[0][1])
             rows.append(row)
     return rows
 
