@@ -34,7 +34,7 @@ from .dynamics import (
     spatial_inertia,
 )
 from .graph import Graph, ModelError, pose
-from .independent import distribute_effort, mobility, reduced_effort, select_independent
+from .independent import distribute_effort, independent_choice, mobility, reduced_effort, select_independent
 from .io import load, read_graph
 from .io.export import export_mjcf
 from .io.mujoco_convert import mujoco_qvel_to_v, v_to_mujoco_qvel
@@ -135,6 +135,7 @@ __all__ = [
     "TangentMap",
     "acceleration_lift",
     "acceleration_lift_status",
+    "independent_choice",
     "independent_names",
     "distribute_effort",
     "mobility",

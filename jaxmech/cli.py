@@ -135,12 +135,28 @@ def info(
             f"at q0: max |residual| {np.abs(r).max():.3e}, numerical rank {rank} "
             f"(of {mech.n_rows} rows), degrees of freedom nv - rank = {mech.nv - rank}"
         )
+        _print_independent(mech)
     else:
         console.print(f"open chain: degrees of freedom {mech.nv}")
     if t.frame_names:
         console.print(f"frames: {', '.join(t.frame_names)}")
     if t.port_names:
         console.print(f"ports: {', '.join(f'{n} ({ty})' for n, ty in zip(t.port_names, t.port_types, strict=False))}")
+
+
+def _print_independent(mech) -> None:
+    """The default independent speeds at the projected q0 and the rule that chose them."""
+    from .independent import CE_TOL, independent_choice
+
+    ch = independent_choice(mech)
+    if ch is None:
+        return
+    rule = (
+        "actuated first"
+        if ch.actuated_first
+        else f"best-conditioned (actuated-first set: max |C E| {ch.ce_actuated_first:.1e} > {CE_TOL:.0e})"
+    )
+    console.print(f"default independent speeds ({rule}): {', '.join(ch.names)}; max |C E| {ch.ce_chosen:.1e}")
 
 
 for _mod in ("cli_assembly", "cli_demo", "cli_bench"):

@@ -13,7 +13,11 @@ can replace it): a column-pivoted Gram-Schmidt over the columns of ``C`` that pi
 passive coordinates, then the actuated ones, then coordinates that no closure row touches. By the
 exchange property of linear independence this keeps as many actuated coordinates independent as
 any valid set can, and the pivoting makes the dependent block well conditioned (the same rule as
-LAPACK's ``geqp3``, restricted tier by tier). It is plain ``jnp`` with a fixed trip count
+LAPACK's ``geqp3``, restricted tier by tier). When the actuated-first set's closure error
+``max |C E|`` at the model's reference pose exceeds :data:`CE_TOL` and plain pivoting does better
+(a lift can only be as exact as the rows are consistent: the authors' excavator is planar to
+~5e-13, and its six-cylinder set's lift is 4.7x larger than the best-conditioned one's), the
+model's default preference becomes uniform; :func:`independent_choice` reports which rule holds. It is plain ``jnp`` with a fixed trip count
 (``r`` steps of ``O(s nv)``), so it vectorizes under ``jax.vmap`` without per-state LAPACK.
 
 The mobility ``d`` has to be static (it fixes shapes). :func:`mobility` computes it once per model
@@ -31,6 +35,8 @@ least weighted norm ``f^T W^-1 f``.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -179,10 +185,69 @@ def _select_compiled(C, d: int, tiers, rtol: float):
     return exe(C, tiers=tiers)
 
 
-def _reference(mech: Mechanism, rtol: float = 1e-9):
-    """Cached ``(d, I)`` of a model at its projected ``q0``: the mobility and the default
-    independent set there (numpy). A traced model (e.g. passed as a ``jit`` argument) gets the
-    values last computed for a concrete model of the same topology, or None."""
+#: Closure error ``max |C E|`` (m, rad: the units of the closure rows, the same absolute scale as
+#: assembly's residual tolerance) above which the actuated-first default set is given up for the
+#: best-conditioned one at the model's reference pose (:func:`independent_choice`).
+CE_TOL = 1e-12
+
+
+class IndependentChoice(NamedTuple):
+    """How the default independent set of a model is chosen (:func:`independent_choice`).
+
+    ``actuated_first``: True when the default prefers actuated coordinates (the rule), False when
+    that set's closure error at the projected ``q0`` exceeded :data:`CE_TOL` and a uniform
+    preference (plain column pivoting: the best-conditioned dependent block) met it better.
+    ``names``: the default set there; ``ce_actuated_first`` / ``ce_chosen``: ``max |C E|`` of the
+    actuated-first set and of the chosen one at that pose (equal when ``actuated_first``)."""
+
+    actuated_first: bool
+    names: tuple[str, ...]
+    ce_actuated_first: float
+    ce_chosen: float
+
+
+class _Ref(NamedTuple):
+    d: int
+    I_actuated: np.ndarray  # actuated-first set at the projected q0 (assembly's default active set)
+    tiers: np.ndarray  # preference tiers the default tangent map uses
+    choice: IndependentChoice
+
+
+def _closure_error(C: np.ndarray, I: np.ndarray) -> float:
+    """``max |C E|`` of the lift ``E`` with identity on ``I``: least squares on the dependent
+    columns (for a fixed ``I`` no lift does better; the square solve on selected rows matches it)."""
+    D = np.setdiff1d(np.arange(C.shape[1]), I)
+    E = np.zeros((C.shape[1], I.size))
+    E[I, np.arange(I.size)] = 1.0
+    if D.size:
+        E[D] = -np.linalg.lstsq(C[:, D], C[:, I], rcond=None)[0]
+    return float(np.abs(C @ E).max()) if C.size and E.size else 0.0
+
+
+def _default_set(mech: Mechanism, C: np.ndarray, d: int, rtol: float) -> _Ref:
+    """Actuated-first selection at the reference pose, and the fallback to uniform tiers when its
+    closure error exceeds :data:`CE_TOL` (e.g. the authors' excavator: planar only to ~5e-13, where
+    the six-cylinder set's lift is ~4.7x larger than the best-conditioned one's)."""
+    tiers = coordinate_tiers(mech)
+    I = np.asarray(_select_compiled(C, d, tiers, rtol)[0], dtype=int)
+    ce = _closure_error(C, I)
+    chosen_tiers, I_ch, ce_ch = tiers, I, ce
+    if ce > CE_TOL:
+        flat = np.where(tiers == FREE, FREE, PASSIVE)  # free columns are zero: never dependent anyway
+        I2 = np.asarray(_select_compiled(C, d, flat, rtol)[0], dtype=int)
+        ce2 = _closure_error(C, I2)
+        if ce2 < ce:
+            chosen_tiers, I_ch, ce_ch = flat, I2, ce2
+    names = coordinate_names(mech)
+    choice = IndependentChoice(chosen_tiers is tiers, tuple(names[i] for i in I_ch), ce, ce_ch)
+    return _Ref(d, I, chosen_tiers, choice)
+
+
+def _reference(mech: Mechanism, rtol: float = 1e-9) -> _Ref | None:
+    """Cached :class:`_Ref` of a model at its projected ``q0``: the mobility, the actuated-first
+    independent set there and the default preference (numpy). A traced model (e.g. passed as a
+    ``jit`` argument) gets the values last computed for a concrete model of the same topology,
+    or None."""
     leaves = [x for x in jax.tree_util.tree_leaves(mech) if hasattr(x, "shape")]
     if not _is_concrete(leaves):
         return _TOPOLOGY_CACHE.get((mech.topo._hash, float(rtol)))
@@ -193,14 +258,32 @@ def _reference(mech: Mechanism, rtol: float = 1e-9):
         # body primitive by primitive, ~150 tiny compilations and ~5 s per model).
         q0 = np.asarray(mech.q0)
         r, C = _closed_reference(mech, q0, float(rtol))
-        d = int(mech.nv - r)
-        I, _, _ = _select_compiled(np.asarray(C), d, coordinate_tiers(mech), rtol)
+        ref = _default_set(mech, np.asarray(C), int(mech.nv - r), rtol)
         if len(_MOBILITY_CACHE) > 64:
             _MOBILITY_CACHE.clear()
             _TOPOLOGY_CACHE.clear()
-        _MOBILITY_CACHE[key] = (d, np.asarray(I, dtype=int))
+        _MOBILITY_CACHE[key] = ref
     _TOPOLOGY_CACHE[(mech.topo._hash, float(rtol))] = _MOBILITY_CACHE[key]
     return _MOBILITY_CACHE[key]
+
+
+def independent_choice(mech: Mechanism) -> IndependentChoice | None:
+    """How the default tangent map of this model chooses its independent speeds: actuated first,
+    unless that set's ``max |C E|`` at the projected ``q0`` exceeds :data:`CE_TOL` and the
+    best-conditioned set does better (then every touched coordinate is preferred alike). The set
+    is still re-chosen at every state by pivoting; this fixes only the preference. None for a
+    traced model with no concrete model of its topology seen yet, or an open chain."""
+    if not mech.n_rows:
+        return None
+    ref = _reference(mech)
+    return None if ref is None else ref.choice
+
+
+def default_tiers(mech: Mechanism) -> np.ndarray:
+    """Static preference tiers (nv,) of the default independent set: :func:`coordinate_tiers`,
+    or the uniform fallback of :func:`independent_choice`."""
+    ref = _reference(mech) if mech.n_rows else None
+    return coordinate_tiers(mech) if ref is None else ref.tiers
 
 
 def mobility(mech: Mechanism, rtol: float = 1e-9) -> int | None:
@@ -213,7 +296,7 @@ def mobility(mech: Mechanism, rtol: float = 1e-9) -> int | None:
     if not mech.n_rows:
         return mech.nv
     ref = _reference(mech, rtol)
-    return None if ref is None else ref[0]
+    return None if ref is None else ref.d
 
 
 def reference_independent(mech: Mechanism) -> np.ndarray | None:
@@ -222,7 +305,7 @@ def reference_independent(mech: Mechanism) -> np.ndarray | None:
     if not mech.n_rows:
         return np.arange(mech.nv)
     ref = _reference(mech)
-    return None if ref is None else ref[1]
+    return None if ref is None else ref.I_actuated
 
 
 def default_d(mech: Mechanism) -> int:
@@ -237,9 +320,10 @@ def default_d(mech: Mechanism) -> int:
 
 def choose_independent(mech: Mechanism, C: jnp.ndarray, d: int | None = None):
     """Default independent set at a state: ``(I, D, rc, d)`` from :func:`select_independent`
-    on ``C`` (s, nv) with the actuated-first preference, ``d`` = :func:`default_d` if None."""
+    on ``C`` (s, nv) with the preference of :func:`default_tiers` (actuated first unless
+    :func:`independent_choice` says otherwise), ``d`` = :func:`default_d` if None."""
     d = default_d(mech) if d is None else int(d)
-    I, D, rc = select_independent(jax.lax.stop_gradient(C), d, coordinate_tiers(mech))
+    I, D, rc = select_independent(jax.lax.stop_gradient(C), d, default_tiers(mech))
     return I, D, rc, d
 
 

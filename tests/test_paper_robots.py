@@ -40,11 +40,9 @@ def rank_of(mech, q) -> int:
 
 
 def assemble_seed(robot, mech):
-    """Default options; the excavator's eight actuators over-specify its mobility 7 (redundant
-    actuation): until the default independent set handles that (reduction.py), say so."""
+    """Default options (the excavator's eight actuators over-specify its mobility 7: the default
+    active set is then a valid actuated-first independent set)."""
     res = jm.assemble(mech, mech.q0)
-    if robot == "excavator" and int(res.status) != 0:
-        pytest.xfail(f"excavator default active set: {jm.STATUS_MESSAGES[int(res.status)]} (redundant actuation)")
     assert int(res.status) == 0, jm.STATUS_MESSAGES[int(res.status)]
     assert float(res.residual) <= 1e-12
     return res.q
