@@ -17,8 +17,9 @@ LAPACK's ``geqp3``, restricted tier by tier). When the actuated-first set's clos
 ``max |C E|`` at the model's reference pose exceeds :data:`CE_TOL` and plain pivoting does better
 (a lift can only be as exact as the rows are consistent: the authors' excavator is planar to
 ~5e-13, and its six-cylinder set's lift is 4.7x larger than the best-conditioned one's), the
-model's default preference becomes uniform; :func:`independent_choice` reports which rule holds. It is plain ``jnp`` with a fixed trip count
-(``r`` steps of ``O(s nv)``), so it vectorizes under ``jax.vmap`` without per-state LAPACK.
+model's default preference becomes uniform; :func:`independent_choice` reports which rule holds.
+The selection is plain ``jnp`` with a fixed trip count (``r`` steps of ``O(s nv)``), so it
+vectorizes under ``jax.vmap`` without per-state LAPACK.
 
 The mobility ``d`` has to be static (it fixes shapes). :func:`mobility` computes it once per model
 from the rank of ``C`` at ``mech.q0`` projected onto the closure manifold (off the manifold the
