@@ -60,13 +60,36 @@ def closed_states(mech: jm.Mechanism, n: int, spread: float, seed: int = 0) -> n
     return np.asarray(res.q)[ok]
 
 
-@functools.partial(jm.jit, static_argnames="n")
-def _random_configurations(mech, seed, n, scale):
-    keys = jax.random.split(jax.random.PRNGKey(seed), n)
-    return jax.vmap(jm.random_configuration, (None, 0, None))(mech, keys, scale)
-
-
 def random_configurations(mech: jm.Mechanism, n: int, seed: int, scale: float = 1.0) -> jnp.ndarray:
-    """``jm.random_configuration`` at the ``n`` keys ``split(PRNGKey(seed), n)``: one compiled
-    program per topology and ``n`` (an eager ``vmap`` of a lambda compiles every primitive)."""
-    return _random_configurations(mech, seed, n, float(scale))
+    """``n`` random configurations (n, nq), drawn with numpy: what ``jm.random_configuration``
+    draws (1-D coordinates uniform within finite limits, else within +-scale; free-joint positions
+    within +-scale; unit quaternions from normalized normal samples), from another generator.
+
+    Test data only. ``jm.random_configuration`` itself is tested in ``tests/test_kinematics.py``;
+    drawing every test's states through it compiled threefry hashing per mechanism (2.4-2.7 s
+    each, about 20 s of a cold default tier)."""
+    t = mech.topo
+    rng = np.random.default_rng(seed)
+    q = np.tile(np.asarray(mech.q0, float), (n, 1))
+    if t.lin_q.size:
+        lo, hi = np.asarray(mech.lower)[t.lin_q], np.asarray(mech.upper)[t.lin_q]
+        lo = np.where(np.isfinite(lo), lo, -scale)
+        hi = np.where(np.isfinite(hi), hi, scale)
+        q[:, t.lin_q] = rng.uniform(lo, hi, (n, t.lin_q.size))
+    quats = []
+    if t.sph_q.size:
+        quats.append(np.asarray(t.sph_q))
+    if t.free_q.size:
+        fq = np.asarray(t.free_q)
+        q[:, fq[:, :3]] = rng.uniform(-scale, scale, (n,) + fq[:, :3].shape)
+        quats.append(fq[:, 3:])
+    for idx in quats:
+        u = rng.normal(size=(n,) + idx.shape)
+        q[:, idx] = u / np.linalg.norm(u, axis=-1, keepdims=True)
+    return jnp.asarray(q)
+
+
+def normal(seed: int, shape) -> jnp.ndarray:
+    """Standard normal test data (numpy's generator ``seed``): an eager ``jax.random.normal``
+    compiles a threefry program per shape."""
+    return jnp.asarray(np.random.default_rng(seed).normal(size=shape))

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _shared import load
+from _shared import load, random_configurations
 from test_closure import _zoo
 
 import jaxmech as jm
@@ -36,8 +36,7 @@ def _reference(mech, Q):
 
 
 def _states(mech, n=16, seed=0):
-    keys = jax.random.split(jax.random.PRNGKey(seed), n)
-    return jnp.stack([jm.random_configuration(mech, k, 0.5) for k in keys])
+    return random_configurations(mech, n, seed, 0.5)
 
 
 @pytest.fixture(scope="module")

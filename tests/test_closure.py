@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _shared import load
+from _shared import load, normal, random_configurations
 
 import jaxmech as jm
 from jaxmech import lie
@@ -115,10 +115,9 @@ def _zoo() -> jm.Mechanism:
 def zoo():
     mech = _zoo()
     both = jm.jit(lambda m, q: (jm.closure_residual_and_jacobian(m, q), jm.closure_jacobian_autodiff(m, q)))
-    keys = jax.random.split(jax.random.PRNGKey(0), 12)
-    vs = [jax.random.normal(k, (mech.nv,)) * s for k, s in zip(keys, [0.3, 0.6, 1.0] * 4, strict=True)]
+    vs = normal(0, (12, mech.nv)) * jnp.asarray([0.3, 0.6, 1.0] * 4)[:, None]
     qs = [mech.q0] + [jm.integrate(mech, mech.q0, v) for v in vs]
-    qs += [jm.random_configuration(mech, k) for k in jax.random.split(jax.random.PRNGKey(1), 4)]
+    qs += list(random_configurations(mech, 4, 1))
     evals = [both(mech, q) for q in qs]
     return dict(mech=mech, qs=qs, evals=evals, both=both)
 
@@ -163,8 +162,8 @@ def test_analytic_jacobian_vs_autodiff(zoo, ctype):
 def test_check_jacobian_api(configs_dir):
     four = jm.load(configs_dir / "four_bar.toml")
     check = jm.jit(jm.check_jacobian)
-    for k in jax.random.split(jax.random.PRNGKey(2), 3):
-        out = check(four, jm.random_configuration(four, k, scale=3.0))
+    for q in random_configurations(four, 3, 2, scale=3.0):
+        out = check(four, q)
         assert float(out["max_rel"]) <= 1e-9
 
 
@@ -324,11 +323,8 @@ def test_world_pass_terms_match_cycle_local(which, request):
         r, J = defected_residual_and_jacobian(mech, q, 1.0, defect_at(mech, q))
         return J, jm.closure_bias(mech, q, v), r
 
-    keys = jax.random.split(jax.random.PRNGKey(7), 2)
-    Q = jax.vmap(lambda k: jm.integrate(mech, mech.q0, 0.7 * jax.random.normal(k, (mech.nv,))))(
-        jax.random.split(keys[0], 16)
-    )
-    V = jax.random.normal(keys[1], (16, mech.nv))
+    Q = jax.vmap(jm.integrate, (None, None, 0))(mech, mech.q0, 0.7 * normal(7, (16, mech.nv)))
+    V = normal(8, (16, mech.nv))
     Cw, gw, rw, Jw = jm.jit(jax.vmap(world))(Q, V)
     Cl, gl, rl = jm.jit(jax.vmap(local))(Q, V)
     scale = float(jnp.max(jnp.abs(Cl)))

@@ -12,7 +12,7 @@ import mpmath as mp
 import numpy as np
 import pinocchio as pin
 import pytest
-from _shared import closed_states, load, pad
+from _shared import closed_states, load, pad, random_configurations
 
 import jaxmech as jm
 
@@ -243,7 +243,7 @@ def test_inverse_dynamics_stewart_and_tree():
     np.testing.assert_allclose(inv.multipliers, fwd.multipliers, atol=1e-8 * float(jnp.max(jnp.abs(fwd.multipliers))))
     # a tree: all coordinates actuated, efforts = rnea
     tree = _load("go2")
-    q = jm.jit(jm.random_configuration)(tree, jax.random.PRNGKey(0))
+    q = random_configurations(tree, 1, 0)[0]
     v, a = jnp.asarray(rng.normal(size=(2, tree.nv)))
     out = jm.inverse_dynamics(tree, q, v, a, actuators=list(range(tree.nv)))  # a list: one compiled call
     np.testing.assert_allclose(out.tau, jm.rnea(tree, q, v, a), atol=1e-10)

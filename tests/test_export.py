@@ -7,10 +7,10 @@ import importlib.util
 import warnings
 from pathlib import Path
 
-import jax
 import mujoco
 import numpy as np
 import pytest
+from _shared import random_configurations
 
 import jaxmech as jm
 
@@ -73,8 +73,7 @@ def test_export_round_trip(path, tmp_path):
     # re-import: same kinematics, and exactly the same rows for point / weld / coupling closures
     back = jm.load(out)
     assert back.topo.port_types[: len(t.port_names)] == t.port_types  # distance ports come back via tendons
-    for k in range(2):
-        q = jm.random_configuration(mech, jax.random.PRNGKey(k), scale=0.5)
+    for q in random_configurations(mech, 2, 0, scale=0.5):
         (T, r), (Tb, rb) = fk_res(mech, q), fk_res(back, q)
         T, r, Tb, rb = np.array(T), np.array(r), np.array(Tb), np.array(rb)
         np.testing.assert_allclose(Tb[[back.body_names.index(n) for n in mech.body_names]], T, atol=1e-12)
@@ -96,8 +95,7 @@ def test_export_revolute_cut_as_two_connects(tmp_path):
     back = jm.load(tmp_path / "fb.xml")
     assert back.topo.loop_types == ("point", "point")
     rj = jm.jit(jm.closure_residual_and_jacobian)
-    for k in range(3):
-        q = jm.random_configuration(mech, jax.random.PRNGKey(10 + k))
+    for q in random_configurations(mech, 3, 10):
         (_, J), (_, Jb) = rj(mech, q), rj(back, q)
         sv, svb = np.linalg.svd(np.array(J), compute_uv=False), np.linalg.svd(np.array(Jb), compute_uv=False)
         assert (sv > 1e-9 * sv[0]).sum() == (svb > 1e-9 * svb[0]).sum()

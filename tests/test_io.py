@@ -175,7 +175,6 @@ def _rank(mech, q):
 def test_mjcf_configs_reproduce_toml_versions():
     """four_bar.xml / stewart.xml (<connect>) vs the TOML versions: same kinematics, same point
     rows (stewart: all 18; four-bar: the x, y, z rows of the TOML's revolute cut) and rank."""
-    key = jax.random.PRNGKey(3)
     for name, rows in (("four_bar", ("rocker_ground:x", "rocker_ground:y", "rocker_ground:z")), ("stewart", None)):
         mt, mx = jm.load(CONFIGS / f"{name}.toml"), jm.load(CONFIGS / f"{name}.xml")
         assert (mt.nq, mt.nv) == (mx.nq, mx.nv)
@@ -183,8 +182,7 @@ def test_mjcf_configs_reproduce_toml_versions():
         assert moving == [n for n, t in zip(mx.joint_names, mx.topo.joint_types, strict=True) if t != "fixed"]
         rows = rows or mt.topo.row_names
         assert len(mx.topo.row_names) == len(rows)
-        for k in range(3):
-            q = jm.random_configuration(mt, jax.random.fold_in(key, k), scale=0.3)
+        for q in random_configurations(mt, 3, 3, scale=0.3):
             (rt, Jt), (rx, Jx) = resjac_fn(mt, q), resjac_fn(mx, q)
             idx = [mt.topo.row_names.index(n) for n in rows]
             np.testing.assert_allclose(np.array(rx), np.array(rt)[idx], atol=1e-12)
@@ -267,7 +265,7 @@ def test_sidecar_tomls():
     path = resolve_resource(ERD + "panda_description/urdf/panda.urdf")
     model = pin.buildModelFromUrdf(str(path))
     data = model.createData()
-    q = jm.random_configuration(panda, jax.random.PRNGKey(5))
+    q = random_configurations(panda, 1, 5)[0]
     qp = np.zeros(model.nq)
     for j in range(1, model.njoints):
         qp[model.idx_qs[j]] = float(q[panda.q_slice(model.names[j])][0])
@@ -535,8 +533,7 @@ def test_missing_mesh_is_ignored():
 def test_urdf_loop_joint_matches_toml_four_bar():
     a, b = jm.load(DATA / "four_bar_loop.urdf"), jm.load(CONFIGS / "four_bar.toml")
     assert a.topo.loop_names == ("rocker_ground",) and a.topo.row_names == b.topo.row_names
-    for k in range(3):
-        q = jm.random_configuration(b, jax.random.PRNGKey(k))
+    for q in random_configurations(b, 3, 0):
         np.testing.assert_allclose(np.array(res_fn(a, q)), np.array(res_fn(b, q)), atol=1e-14)
 
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 import pytest
+from _shared import random_configurations
 from scipy.spatial.transform import Rotation
 
 import jaxmech as jm
@@ -135,8 +136,7 @@ def chain():
 
 
 def _states(mech, n=6):
-    keys = jax.random.split(jax.random.PRNGKey(0), n)
-    return [mech.q0] + [jm.random_configuration(mech, k, scale=1.5) for k in keys]
+    return [mech.q0] + list(random_configurations(mech, n, 0, scale=1.5))
 
 
 def test_sizes(chain):
@@ -297,6 +297,16 @@ def test_batched_forward_kinematics(chain):
     mech = chain["mech"]
     keys = jax.random.split(jax.random.PRNGKey(1), 64)
     qs = jm.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0)))(mech, keys)
+    # what random_configuration promises: 1-D coordinates within finite limits, unit quaternions
+    t, Q = mech.topo, np.asarray(qs)
+    lo, hi = np.asarray(mech.lower)[t.lin_q], np.asarray(mech.upper)[t.lin_q]
+    assert np.all(Q[:, t.lin_q] >= np.where(np.isfinite(lo), lo, -1.0))
+    assert np.all(Q[:, t.lin_q] <= np.where(np.isfinite(hi), hi, 1.0))
+    quats = [t.sph_q] + ([t.free_q[:, 3:]] if t.free_q.size else [])
+    assert sum(i.size for i in quats) > 0  # the chain has a ball or free joint
+    for idx in quats:
+        np.testing.assert_allclose(np.linalg.norm(Q[:, idx], axis=-1), 1.0, atol=1e-14)
+    assert np.ptp(Q[:, t.lin_q], 0).min() > 0  # not a constant
     T = jm.jit(jax.vmap(jm.forward_kinematics, in_axes=(None, 0)))(mech, qs)
     assert T.shape == (64, mech.nb, 4, 4)
     np.testing.assert_allclose(np.asarray(T[5]), np.asarray(chain["fk"](mech, qs[5])), atol=1e-14)
@@ -316,7 +326,7 @@ def test_specialized_local_poses_equal_the_generic_formula(chain):
     mech = eqx.tree_at(lambda m: (m.offset_th, m.offset_d), mech, tuple(jnp.asarray(o) for o in offsets))
     both = jm.jit(lambda m, q: (local_poses(m, q), _generic_local_poses(m, q, np.arange(m.nb))))
     for k in range(3):
-        q = jm.jit(jm.random_configuration)(mech, jax.random.PRNGKey(10 + k), 2.0)
+        q = random_configurations(mech, 1, 10 + k, 2.0)[0]
         (R, p), (R0, p0) = both(mech, q)
         np.testing.assert_allclose(R, R0, rtol=0, atol=2e-15)
         np.testing.assert_allclose(p, p0, rtol=0, atol=2e-15)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _shared import assemble_batch, load, random_configurations
+from _shared import assemble_batch, load, normal, random_configurations
 
 import jaxmech as jm
 from jaxmech import reduction as red
@@ -34,10 +34,9 @@ def _assembled(mech, n, seed=0, scale=0.05):
     ck = (mech.name, n, seed, scale)
     if ck in _STATES:
         return _STATES[ck]
-    key = jax.random.PRNGKey(seed)
     act_q = mech.q_indices([mech.topo.joint_names[int(mech.topo.v_body[i])] for i in mech.topo.actuated_v])
     act_q = np.unique(act_q)
-    noise = scale * jax.random.uniform(key, (n, act_q.size), minval=-1, maxval=1)
+    noise = scale * np.random.default_rng(seed).uniform(-1, 1, (n, act_q.size))
     guesses = jnp.broadcast_to(mech.q0, (n, mech.nq)).at[:, act_q].add(noise)
     res = assemble_batch(mech, guesses)  # the session's padded compile (tests/_shared.py)
     ok = np.asarray(res.status) == 0
@@ -90,8 +89,8 @@ def test_tangent_map_and_acceleration_lift(closed):
     d_auto = mech.nv - int(jm.rank.numerical_rank(jm.closure_jacobian(mech, Q[0])))
     tm0 = red.tangent_map_status(mech, Q[0], "auto")  # concrete q: d computed here
     assert tm0.E.shape == (mech.nv, d_auto)
-    vs = jax.random.normal(jax.random.PRNGKey(1), (n, mech.nv))
-    ud = jax.random.normal(jax.random.PRNGKey(2), (n, mech.nv))
+    vs = normal(1, (n, mech.nv))
+    ud = normal(2, (n, mech.nv))
     C, tm, auto, v, gam, _, a = _reduction_checks(mech, d_auto)(Q, vs, ud)
     assert np.all(np.asarray(tm.status) == red.OK), np.asarray(tm.status)
     assert np.all(np.asarray(auto.status) == red.OK), np.asarray(auto.status)
@@ -129,7 +128,7 @@ def test_curvature_random_states(configs_dir, name):
     """gamma = Cdot v against jax.jvp at random (not closed) states and velocities."""
     mech = _load(configs_dir, name)
     Q = random_configurations(mech, BATCH, 3)
-    V = jax.random.normal(jax.random.PRNGKey(4), (BATCH, mech.nv))
+    V = normal(4, (BATCH, mech.nv))
     g, gr = jm.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
     scale = jnp.maximum(1.0, jnp.max(jnp.abs(gr), -1))
     assert float(jnp.max(jnp.max(jnp.abs(g - gr), -1) / scale)) <= 1e-10
@@ -163,7 +162,7 @@ def test_curvature_all_row_types():
     G.add_coupling("cc", {"j0": 1.0, "j2": -0.5})
     mech = jm.compile(G)
     Q = random_configurations(mech, BATCH, 5)
-    V = jax.random.normal(jax.random.PRNGKey(6), (BATCH, mech.nv))
+    V = normal(6, (BATCH, mech.nv))
     g, gr = jm.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
     assert g.shape == (BATCH, mech.n_rows)
     scale = jnp.maximum(1.0, jnp.max(jnp.abs(gr), -1))
@@ -173,8 +172,8 @@ def test_curvature_all_row_types():
 def test_curvature_second_derivative_of_residual(configs_dir):
     """Independent of the analytic C: d^2/dt^2 rho(q (+) v t) at t=0 equals gamma (a = 0)."""
     mech = _load(configs_dir, "stewart")
-    q = jm.random_configuration(mech, jax.random.PRNGKey(7))
-    v = jax.random.normal(jax.random.PRNGKey(8), (mech.nv,))
+    q = random_configurations(mech, 1, 7)[0]
+    v = normal(8, (mech.nv,))
 
     @jm.jit  # one program (eager nested jvps would compile every primitive)
     def both(q, v):
@@ -208,8 +207,8 @@ def test_port_jacobian_and_virtual_work(configs_dir, name):
         tau = red.port_effort(mech, q, fp)
         return P, Pd, fp @ (P @ vv), tau @ vv, (E.T @ P.T) @ fp, E.T @ tau
 
-    V = jax.random.normal(jax.random.PRNGKey(9), (Q.shape[0], mech.nv))
-    F = jax.random.normal(jax.random.PRNGKey(10), (Q.shape[0], len(mech.topo.port_names)))
+    V = normal(9, (Q.shape[0], mech.nv))
+    F = normal(10, (Q.shape[0], len(mech.topo.port_names)))
     P, Pd, w1, w2, r1, r2 = jm.jit(jax.vmap(f))(Q, V, F)
     assert float(jnp.max(jnp.abs(P - Pd))) <= 1e-10 * max(1.0, float(jnp.max(jnp.abs(Pd))))
     assert float(jnp.max(jnp.abs(w1 - w2) / jnp.maximum(1.0, jnp.abs(w1)))) <= 1e-12
@@ -235,7 +234,7 @@ def test_port_space_drive_matches_joint_space(configs_dir, name):
         tm = red.port_tangent_map_status(mech, q, ports)
         return v, tm.E @ pdot, tm.status
 
-    U = jax.random.normal(jax.random.PRNGKey(11), (Q.shape[0], d))
+    U = normal(11, (Q.shape[0], d))
     v1, v2, st = jm.jit(jax.vmap(f))(Q, U)
     assert np.all(np.asarray(st) == 0)
     assert float(jnp.max(jnp.abs(v1 - v2))) <= 1e-12 * max(1.0, float(jnp.max(jnp.abs(v1))))
@@ -374,8 +373,8 @@ def test_reduction_thousand_states(configs_dir, name):
     mech = _load(configs_dir, name)
     Q = _assembled(mech, 1000, seed=11, scale=0.1)
     n = Q.shape[0]
-    vs = jax.random.normal(jax.random.PRNGKey(12), (n, mech.nv))
-    ud = jax.random.normal(jax.random.PRNGKey(13), (n, mech.nv))
+    vs = normal(12, (n, mech.nv))
+    ud = normal(13, (n, mech.nv))
     d_auto = mech.nv - int(jm.rank.numerical_rank(jm.closure_jacobian(mech, Q[0])))
     C, tm, auto, v, gam, gam_ad, a = _reduction_checks(mech, d_auto, with_autodiff=True)(Q, vs, ud)
     assert np.all(np.asarray(tm.status) == 0) and np.all(np.asarray(auto.status) == 0)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _pinref import PinReference
-from _shared import closed_states, load
+from _shared import closed_states, load, normal, random_configurations
 
 import jaxmech as jm
 
@@ -62,8 +62,8 @@ class TestWithAndWithoutJit(chex.TestCase):
     def test_four_bar_rows(self):
         mech = load("four_bar")
         ref = PinReference(mech)
-        q = jm.random_configuration(mech, jax.random.PRNGKey(4))
-        v = jax.random.normal(jax.random.PRNGKey(5), (mech.nv,))
+        q = random_configurations(mech, 1, 4)[0]
+        v = normal(5, (mech.nv,))
 
         def rows(mech, q, v):
             return {"C": jm.closure_jacobian(mech, q), "gamma": jm.closure_bias(mech, q, v)}

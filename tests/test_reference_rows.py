@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _pinref import PinReference
+from _shared import normal, random_configurations
 
 import jaxmech as jm
 
@@ -41,9 +42,8 @@ def mix():
         )
     G.add_constraint("cp", "pose", body_a="world", body_b="l1", axes=[1, 0, 1, 0, 1, 1])
     mech = jm.compile(G)
-    keys = jax.random.split(jax.random.PRNGKey(5), N_STATES)
-    Q = jm.jit(jax.vmap(jm.random_configuration, in_axes=(None, 0, None)))(mech, keys, 0.5)
-    V = jax.random.normal(jax.random.PRNGKey(6), (N_STATES, mech.nv))
+    Q = random_configurations(mech, N_STATES, 5, 0.5)
+    V = normal(6, (N_STATES, mech.nv))
     ours = jm.jit(
         jax.vmap(lambda m, q, v: (*jm.closure_residual_and_jacobian(m, q), jm.closure_bias(m, q, v)), (None, 0, 0))
     )(mech, Q, V)

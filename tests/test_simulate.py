@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _shared import closed_states, load, normal
 
 import jaxmech as jm
 from jaxmech import simulate as sim
@@ -16,7 +17,7 @@ DT = 1e-3
 
 @pytest.fixture(scope="module")
 def stewart(configs_dir):
-    return jm.load(configs_dir / "stewart.toml")
+    return load("stewart")  # the session's shared model: its assembly is compiled once
 
 
 @functools.partial(jm.jit, static_argnames="integrator")
@@ -30,9 +31,9 @@ def _rollouts(mech, states, controls, dt, integrator="euler"):
 def passive_rollout(stewart):
     """Two passive Stewart rollouts (no leg forces, no damping) from perturbed closed states."""
     mech = stewart
-    Q = jm.jit(sim.random_closed_configurations, static_argnums=2)(mech, jax.random.PRNGKey(0), 2, 0.05)
+    Q = jnp.asarray(closed_states(mech, 4, 0.05)[:2])  # the session's shared assembly
     E = jm.jit(jax.vmap(jm.tangent_map, (None, 0)))(mech, Q)
-    u = 0.2 * jax.random.normal(jax.random.PRNGKey(1), (2, E.shape[-1]))
+    u = 0.2 * normal(1, (2, E.shape[-1]))
     V = jnp.einsum("bij,bj->bi", E, u)
     U = jnp.zeros((2, N_STEPS, sim.control_size(mech)))
     traj, info = _rollouts(mech, sim.SimState(Q, V), U, DT, "euler")  # as _drift calls it: one compile
@@ -120,7 +121,7 @@ def test_control_shape_error(stewart):
         sim.generalized_force(stewart, q, jnp.zeros(5))
     f = jnp.arange(6.0)
     tau = sim.generalized_force(stewart, q, f)
-    v = jax.random.normal(jax.random.PRNGKey(0), (stewart.nv,))
+    v = normal(0, (stewart.nv,))
     # virtual work: f . pdot == tau . v
     np.testing.assert_allclose(float(f @ (jm.port_jacobian(stewart, q) @ v)), float(tau @ v), rtol=1e-12)
 
