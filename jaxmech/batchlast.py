@@ -36,6 +36,7 @@ from .mechanism import LoopGroup, Mechanism
 # ----------------------------------------------------------------------------- 3-vectors, 3x3
 
 
+@jax.jit
 def mm3(A, B):
     """``A @ B`` for (..., 3, 3, B) matrices."""
     return (
@@ -45,6 +46,7 @@ def mm3(A, B):
     )
 
 
+@jax.jit
 def mv3(A, x):
     """``A x`` for (..., 3, 3, B), (..., 3, B)."""
     return (
@@ -54,6 +56,7 @@ def mv3(A, x):
     )
 
 
+@jax.jit
 def mtv3(A, x):
     """``A^T x`` for (..., 3, 3, B), (..., 3, B)."""
     return (
@@ -63,6 +66,7 @@ def mtv3(A, x):
     )
 
 
+@jax.jit
 def cross(a, b):
     """``a x b`` for (..., 3, B)."""
     a0, a1, a2 = a[..., 0, :], a[..., 1, :], a[..., 2, :]

@@ -28,23 +28,37 @@ def _q_ext(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     return jnp.concatenate([q, jnp.array([0.0, 1.0], dtype=q.dtype)])
 
 
+# Helpers marked ``@jax.jit`` are nested programs: a library program that calls one many times
+# (assembly evaluates the tree pass in its set-up, its Newton and chord steps and its checks)
+# traces and lowers it once per argument shape instead of at every call, and XLA inlines the
+# calls, so the compiled code is the same instruction for instruction. Stewart, ``jit(vmap(
+# assemble))`` at batch 32: 3,642 top-level equations -> 670, tracing 3.4 -> 1.3-1.8 s,
+# lowering 0.6-0.8 -> 0.5 s, same optimized HLO (benchmarks/PROFILE.md, session 33). They take
+# a Mechanism (a pytree) and arrays only; ``joint_columns`` stays plain because batchlast calls
+# it with a namespace standing in for the model.
+
+
+@jax.jit
 def joint_values(mech: Mechanism, q: jnp.ndarray):
     """Gathered generic joint coordinates: pos (nb, 3), quat (nb, 4), th1, th2, d (nb,)."""
     qe = _q_ext(mech, q)[mech.topo.q_index]
     return qe[:, 0:3], qe[:, 3:7], qe[:, 7] - mech.offset_th, qe[:, 8], qe[:, 9] - mech.offset_d
 
 
+@jax.jit
 def mv3(R, x):
     """``R x`` for (..., 3, 3), (..., 3), written out (fuses; XLA's CPU backend runs a batched
     tiny ``dot`` several times slower than the elementwise form)."""
     return R[..., :, 0] * x[..., 0, None] + R[..., :, 1] * x[..., 1, None] + R[..., :, 2] * x[..., 2, None]
 
 
+@jax.jit
 def mtv3(R, x):
     """``R^T x`` for (..., 3, 3), (..., 3), written out."""
     return R[..., 0, :] * x[..., 0, None] + R[..., 1, :] * x[..., 1, None] + R[..., 2, :] * x[..., 2, None]
 
 
+@jax.jit
 def mm3(A, B):
     """``A @ B`` for (..., 3, 3) matrices, written out."""
     return (
@@ -68,6 +82,7 @@ def materialize(*xs):
     return tuple(buf[k] for k in range(len(xs)))
 
 
+@jax.jit
 def rot_unit_axis(a, th):
     """Rotation about the unit axis ``a`` (..., 3) by ``th`` (...,): ``c 1 + s a^ + (1 - c) a a^T``."""
     c, s = materialize(jnp.cos(th), jnp.sin(th))
@@ -143,6 +158,7 @@ def _generic_local_poses(mech: Mechanism, q: jnp.ndarray, b: np.ndarray):
     return mm3(RpRm, Rc), mv3(RpRm, pc) + mv3(Rp, pm) + pp
 
 
+@jax.jit
 def local_poses(mech: Mechanism, q: jnp.ndarray):
     """Parent-to-child rotations (nb, 3, 3) and translations (nb, 3) of all moving bodies.
 
@@ -219,6 +235,7 @@ def _pad2(x: jnp.ndarray) -> jnp.ndarray:
     return jnp.concatenate([x, jnp.zeros((2,) + x.shape[1:], x.dtype)], 0)
 
 
+@jax.jit
 def _world_poses(mech: Mechanism, Rl: jnp.ndarray, pl: jnp.ndarray):
     """World rotations (nb, 3, 3) and positions (nb, 3) from local rotations and translations: one
     ``lax.scan`` step per depth level (padded level table: the program does not grow with depth)."""

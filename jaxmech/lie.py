@@ -8,11 +8,14 @@ Conventions (DESIGN.md section 2):
 * ``log`` is the principal branch (rotation angle in ``[0, pi)``); at ``pi`` the axis is ambiguous.
 
 All functions act on a single element; batch with ``jax.vmap`` (most also broadcast over
-leading axes).
+leading axes). The ones called most often inside jaxmech's programs (``hat``, ``quat_to_matrix``,
+``so3_exp``, ...) are ``jax.jit``-wrapped so that a program traces them once per shape (see
+``jaxmech/kinpass.py``); XLA inlines them, so compiled code is unchanged.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 Array = jnp.ndarray
@@ -26,6 +29,7 @@ def _eps(x: Array) -> float:
     return 1e-2
 
 
+@jax.jit
 def hat(w: Array) -> Array:
     """Skew matrix of a 3-vector: ``hat(w) @ x == cross(w, x)``. (..., 3) -> (..., 3, 3)."""
     z = jnp.zeros_like(w[..., 0])
@@ -47,6 +51,7 @@ def vee(W: Array) -> Array:
 # ----------------------------------------------------------------------------- SO(3)
 
 
+@jax.jit
 def _so3_coeffs(theta2: Array):
     """A = sin t / t, B = (1 - cos t) / t^2, C = (t - sin t) / t^3 with safe Taylor branches."""
     small = theta2 < _eps(theta2)
@@ -60,6 +65,7 @@ def _so3_coeffs(theta2: Array):
     return A, B, C
 
 
+@jax.jit
 def so3_exp(w: Array) -> Array:
     """Rodrigues: rotation vector (..., 3) -> rotation matrix (..., 3, 3)."""
     th2 = jnp.sum(w * w, -1)
@@ -69,6 +75,7 @@ def so3_exp(w: Array) -> Array:
     return eye + A[..., None, None] * W + B[..., None, None] * (W @ W)
 
 
+@jax.jit
 def so3_left_jacobian(w: Array) -> Array:
     """Left Jacobian of SO(3): ``J_l(w) = I + B w^ + C w^2``. (..., 3) -> (..., 3, 3)."""
     th2 = jnp.sum(w * w, -1)
@@ -105,6 +112,7 @@ def so3_log(R: Array) -> Array:
 # ----------------------------------------------------------------------------- quaternions
 
 
+@jax.jit
 def quat_to_matrix(q: Array) -> Array:
     """Unit quaternion (w, x, y, z) (..., 4) -> rotation (..., 3, 3).
 
@@ -170,6 +178,7 @@ def quat_from_matrix(R: Array) -> Array:
     return q * jnp.where(q[..., :1] < 0, -1.0, 1.0)
 
 
+@jax.jit
 def quat_mul(a: Array, b: Array) -> Array:
     """Hamilton product a * b (wxyz)."""
     aw, av = a[..., :1], a[..., 1:]
@@ -183,6 +192,7 @@ def quat_conj(q: Array) -> Array:
     return q * jnp.array([1.0, -1.0, -1.0, -1.0], dtype=q.dtype)
 
 
+@jax.jit
 def quat_exp(w: Array) -> Array:
     """Rotation vector (..., 3) -> unit quaternion (..., 4)."""
     th2 = jnp.sum(w * w, -1)
