@@ -255,7 +255,7 @@ def default_method() -> str:
     return "kkt" if jax.default_backend() == "cpu" else "kkt_blocks"
 
 
-@entry(static_argnames=("support", "method", "rtol", "f_ext_reference"), prime_mobility=True)
+@entry(static_argnames=("method", "rtol", "f_ext_reference"), prime_mobility=True)
 def forward_dynamics(
     mech: Mechanism,
     q,
@@ -284,6 +284,7 @@ def forward_dynamics(
         raise ValueError(f"method must be 'auto', 'kkt', 'kkt_blocks' or 'projected', got {method!r}")
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
+    mask = _row_mask(mech, support, dt)  # a bad mask fails here, before any work
     # one world-frame kinematics pass shared by M, h, C and gamma (jaxmech.dynamics._World)
     w = _World(mech, kin=kinematics(mech, q, v))
     V, Ab = w.motion(v)
@@ -291,7 +292,6 @@ def forward_dynamics(
     h = _rnea(mech, w, q, v, None, f_ext, f_ext_reference, motion=(V, Ab))
     b = tau - h
     C, gamma = closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
-    mask = _row_mask(mech, support, dt)
     if method == "kkt_blocks":
         a, lam, rank = _kkt_solve(mech, M, C, gamma, mask, b, rtol)
         return _finish(None, C * mask[:, None], gamma * mask, a, lam, rank)
@@ -339,7 +339,7 @@ def _actuation(mech: Mechanism, actuators, dt):
     return B
 
 
-@entry(static_argnames=("actuators", "support", "rtol", "f_ext_reference"), prime_mobility=True)
+@entry(static_argnames=("actuators", "rtol", "f_ext_reference"), prime_mobility=True)
 def inverse_dynamics(
     mech: Mechanism,
     q,
@@ -363,12 +363,13 @@ def inverse_dynamics(
     ``actuators``. ``actuators``: None, joint names / 'joint:k' / indices, or a matrix (nv, na)."""
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
+    mask = _row_mask(mech, support, dt)  # a bad mask fails here, before any work
     w = _World(mech, q)
     rhs = _rnea(mech, w, q, v, a, f_ext, f_ext_reference)
     B = _actuation(mech, actuators, dt)
     C, _ = closure_terms_world(mech, w.R, w.p, w.cols)
     gamma = jnp.zeros(mech.n_rows, dt)
-    rows = _Rows(C, gamma, _row_mask(mech, support, dt), rtol)
+    rows = _Rows(C, gamma, mask, rtol)
     P = jnp.eye(mech.nv, dtype=dt)
     if rows.k:
         G = rows.Cs @ rows.Cs.T + rows.pad

@@ -421,7 +421,7 @@ def test_closure_rank_skips_its_qr_only_where_the_passive_block_has_full_row_ran
         ]
     )
 
-    @jax.jit
+    @jm.jit
     @jax.vmap
     def ranks(C):
         _, rank_p = A.select_rows_ranked(C[:, p], p.size, 1e-9)

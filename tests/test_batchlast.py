@@ -55,6 +55,8 @@ def _check(mech, Q):
     np.testing.assert_allclose(T, T_ref, rtol=0, atol=1e-13 * (1.0 + float(jnp.max(jnp.abs(T_ref)))))
 
 
+@pytest.mark.slow  # two ~5 s compiles; by default test_closure.py's test_batched_jit_vmap checks the zoo's
+# batched (batch-last) residual and Jacobian against the single-state evaluation
 def test_zoo_every_row_type_matches_the_per_state_code(zoo):
     types = {g.type for g in zoo.topo.groups}
     assert types >= {"weld", "pose", "point", "revolute", "cylindrical", "universal", "prismatic", "distance"}

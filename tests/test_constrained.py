@@ -107,8 +107,7 @@ def test_stewart_vs_pinocchio(cfg):
     Q = _assembled(mech, 24, 0.03)
     V, T = _consistent_states(mech, Q)
     kkt = _fd_fn(mech)(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T))
-    proj = _fd_fn(mech, method="projected")(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T))
-    assert np.all(np.asarray(kkt.status) == 0) and np.all(np.asarray(proj.status) == 0)
+    assert np.all(np.asarray(kkt.status) == 0)
     assert np.all(np.asarray(kkt.rank) == mech.n_rows)  # independent point rows
     model, cons = jm.to_pinocchio(mech)
     A = np.asarray(kkt.a)
@@ -118,14 +117,25 @@ def test_stewart_vs_pinocchio(cfg):
     assert float(jnp.max(kkt.constraint_error)) < 1e-11
     # (the Stewart's analytic gamma against jvp autodiff: test_reduction.test_curvature_random_states;
     # the accelerations above against Pinocchio check C a + gamma = 0 independently)
+
+
+@pytest.mark.slow  # two ~3.5 s compiles; both methods are compared by default on the planar linkages
+def test_stewart_projected_method_and_multipliers():
+    """The projected method equals the KKT one on the Stewart (accelerations and multipliers), and
+    the multipliers satisfy the dynamics equation M a + h = tau + C^T lambda."""
+    mech = _load("stewart")
+    Q = _assembled(mech, 24, 0.03)
+    V, T = _consistent_states(mech, Q)
+    kkt = _fd_fn(mech)(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T))
+    proj = _fd_fn(mech, method="projected")(jnp.asarray(Q), jnp.asarray(V), jnp.asarray(T))
+    assert np.all(np.asarray(proj.status) == 0)
     Cs, _, _, Ms, hs = _padded(_closure_terms)(mech, jnp.asarray(Q), jnp.asarray(V), autodiff=False)
     # KKT and projected agree, accelerations and multipliers
     assert float(jnp.max(jnp.abs(kkt.a - proj.a)) / jnp.max(jnp.abs(kkt.a))) < 1e-10
     assert float(jnp.max(jnp.abs(kkt.multipliers - proj.multipliers)) / jnp.max(jnp.abs(kkt.multipliers))) < 1e-10
     # the dynamics equation itself: M a + h = tau + C^T lambda
-    i = 0
-    M, h = Ms[i], hs[i]
-    np.testing.assert_allclose(M @ kkt.a[i] + h, T[i] + Cs[i].T @ kkt.multipliers[i], atol=1e-10)
+    for i in range(len(Q)):
+        np.testing.assert_allclose(Ms[i] @ kkt.a[i] + hs[i], T[i] + Cs[i].T @ kkt.multipliers[i], atol=1e-10)
 
 
 def _mp_reference(M, h, C, gamma, tau, dps=40):
@@ -262,19 +272,22 @@ def test_forward_dynamics_gradients_vs_finite_differences(cfg):
     dm = jnp.asarray(rng.uniform(0.5, 1.5, mech.nb))
     w = jnp.asarray(rng.normal(size=mech.nv))
 
+    def perturbed(eps):
+        """The model, q, v and tau moved by eps along (dm, dq, dv, dt)."""
+        m = eqx.tree_at(lambda m: m.mass, mech, mech.mass * (1 + eps * dm))
+        return m, jm.integrate(mech, q, eps * dq), v + eps * dv, tau + eps * dt
+
     @jm.jit
     def derivs(mech, q, v, tau):
-        """Forward mode, central differences and reverse mode in one compiled program."""
+        """Forward and reverse mode in one compiled program."""
+        along = lambda eps: jm.forward_dynamics(*perturbed(eps)).a  # noqa: E731
+        return jax.jvp(along, (jnp.zeros(()),), (jnp.ones(()),))[1], jax.grad(lambda e: w @ along(e))(0.0)
 
-        def along(eps):
-            m = eqx.tree_at(lambda m: m.mass, mech, mech.mass * (1 + eps * dm))
-            return jm.forward_dynamics(m, jm.integrate(mech, q, eps * dq), v + eps * dv, tau + eps * dt).a
-
-        jvp = jax.jvp(along, (jnp.zeros(()),), (jnp.ones(()),))[1]
-        vals = jax.vmap(along)(jnp.array([1e-6, -1e-6]))
-        return jvp, (vals[0] - vals[1]) / 2e-6, jax.grad(lambda e: w @ along(e))(0.0)
-
-    jvp, fd, g = derivs(mech, q, v, tau)
+    jvp, g = derivs(mech, q, v, tau)
+    # central differences through the module's batched forward dynamics (the model is an argument)
+    ends = [perturbed(eps) for eps in (1e-6, -1e-6)]
+    vals = [_fd_fn(m)(*(jnp.asarray(x)[None] for x in rest)).a[0] for m, *rest in ends]
+    fd = (vals[0] - vals[1]) / 2e-6
     assert float(jnp.max(jnp.abs(jvp - fd)) / jnp.max(jnp.abs(jvp))) < 1e-6
     np.testing.assert_allclose(g, w @ jvp, rtol=1e-8)
 
@@ -290,6 +303,24 @@ def test_bad_inputs():
         jm.support_mask(mech, ["nope"])
     with pytest.raises(jm.ModelError, match="revolute"):
         jm.to_pinocchio(mech)
+
+
+def test_support_mask_array_takes_the_compiled_path():
+    """An eager call with a mask array compiles once (the mask is data, not a static option): all
+    rows active equals the default, none active is the tree's M^-1 (tau - h)."""
+    mech = _load("four_bar")
+    Q = _assembled(mech, 2, 0.03, seed=3)
+    V, T = _consistent_states(mech, Q, seed=3)
+    q, v, tau = (jnp.asarray(x[0]) for x in (Q, V, T))
+    fd = jm.forward_dynamics
+    before = fd.jitted._cache_size()
+    on = fd(mech, q, v, tau, support=jnp.ones(mech.n_rows, bool))
+    off = fd(mech, q, v, tau, support=jnp.zeros(mech.n_rows, bool))
+    assert fd.jitted._cache_size() == before + 1
+    ref = _fd_fn(mech)(*(jnp.asarray(x[:1]) for x in (Q, V, T)))
+    np.testing.assert_allclose(np.asarray(on.a), np.asarray(ref.a[0]), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(off.multipliers), 0.0)
+    np.testing.assert_allclose(np.asarray(jm.rnea(mech, q, v, off.a)), np.asarray(tau), atol=1e-10)
 
 
 @pytest.mark.slow

@@ -57,7 +57,7 @@ def lapack_calls(compiled_text: str):
 
 
 def assert_inline(f, *args):
-    calls = lapack_calls(jax.jit(f).lower(*args).compile().as_text())
+    calls = lapack_calls(jm.jit(f).lower(*args).compile().as_text())
     assert calls, "no LAPACK call found: the check would be vacuous"
     bad = [c for c in calls if c[1] > 1 and c[1] * c[2] >= lapack.MIN_WORK]
     assert not bad, f"LAPACK calls that would use the thread pool: {bad}"
@@ -65,7 +65,7 @@ def assert_inline(f, *args):
 
 
 def test_values_match_jax_and_numpy():
-    V = lambda f: jax.jit(jax.vmap(f))  # noqa: E731
+    V = lambda f: jm.jit(jax.vmap(f))  # noqa: E731
     L = np.linalg.cholesky(SPD)
     # bit for bit against jax's own (same LAPACK kernel); numpy's LAPACK build may round differently
     np.testing.assert_array_equal(V(lapack.cholesky)(SPD), V(jnp.linalg.cholesky)(SPD))
@@ -94,10 +94,10 @@ def test_values_match_jax_and_numpy():
     )
     # nested vmap and explicit leading dimensions are chunked the same way
     np.testing.assert_array_equal(
-        jax.jit(jax.vmap(jax.vmap(lapack.cholesky)))(SPD.reshape(3, 100, 12, 12)),
+        jm.jit(jax.vmap(jax.vmap(lapack.cholesky)))(SPD.reshape(3, 100, 12, 12)),
         V(jnp.linalg.cholesky)(SPD).reshape(3, 100, 12, 12),
     )
-    np.testing.assert_allclose(jax.jit(lapack.inv)(A), np.linalg.inv(A), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(jm.jit(lapack.inv)(A), np.linalg.inv(A), rtol=1e-9, atol=1e-12)
 
 
 def _loss(la, a, x):
@@ -112,14 +112,14 @@ def _loss(la, a, x):
 
 
 def test_derivatives_match_jax_in_both_modes_and_second_order():
-    ref = jax.jit(jax.vmap(jax.grad(lambda a, x: _loss(None, a, x), (0, 1))))(A[:40], VEC[:40])
-    rev = jax.jit(jax.vmap(jax.grad(lambda a, x: _loss(lapack, a, x), (0, 1))))(A[:40], VEC[:40])
-    fwd = jax.jit(jax.vmap(jax.jacfwd(lambda a, x: _loss(lapack, a, x), (0, 1))))(A[:40], VEC[:40])
+    ref = jm.jit(jax.vmap(jax.grad(lambda a, x: _loss(None, a, x), (0, 1))))(A[:40], VEC[:40])
+    rev = jm.jit(jax.vmap(jax.grad(lambda a, x: _loss(lapack, a, x), (0, 1))))(A[:40], VEC[:40])
+    fwd = jm.jit(jax.vmap(jax.jacfwd(lambda a, x: _loss(lapack, a, x), (0, 1))))(A[:40], VEC[:40])
     for r, g, f in zip(ref, rev, fwd, strict=True):
         scale = 1 + np.max(np.abs(r))
         assert np.max(np.abs(g - r)) < 1e-11 * scale and np.max(np.abs(f - r)) < 1e-11 * scale
-    h_ref = jax.jit(jax.hessian(lambda a: _loss(None, a, VEC[0])))(A[0])
-    h = jax.jit(jax.hessian(lambda a: _loss(lapack, a, VEC[0])))(A[0])
+    h_ref = jm.jit(jax.hessian(lambda a: _loss(None, a, VEC[0])))(A[0])
+    h = jm.jit(jax.hessian(lambda a: _loss(lapack, a, VEC[0])))(A[0])
     assert np.max(np.abs(h - h_ref)) < 1e-10 * (1 + np.max(np.abs(h_ref)))
 
 

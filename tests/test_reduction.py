@@ -134,6 +134,7 @@ def test_curvature_random_states(configs_dir, name):
     assert float(jnp.max(jnp.max(jnp.abs(g - gr), -1) / scale)) <= 1e-10
 
 
+@pytest.mark.slow  # one ~12 s compile; the Stewart version and the second-derivative check run by default
 def test_curvature_all_row_types():
     """Every cut / constraint type, a free base, spherical and universal joints in the paths."""
     G = jm.Graph(name="mix")

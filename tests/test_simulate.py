@@ -147,7 +147,7 @@ def test_chord_projection_reaches_the_full_newton_gap(configs_dir):
     lands where full Gauss-Newton does from a time step's drift: residual at round-off after two
     steps, the same configuration to 1e-12; one step leaves the O(dt^2)-squared error for both."""
     mech = jm.load(configs_dir / "four_bar.toml")
-    proj = jax.jit(sim.project_position, static_argnames=("iters", "chord"))
+    proj = jm.jit(sim.project_position, static_argnames=("iters", "chord"))
     q = proj(mech, jnp.asarray(mech.q0), iters=8)  # q0 closed up by full Newton
     E = jm.tangent_map(mech, q)
     drifted = jm.integrate(mech, q, (E @ jnp.ones(E.shape[1])) * 3.0, 1e-3)  # one 1 ms step at 3 rad/s
