@@ -21,6 +21,7 @@ import functools
 import inspect
 
 import jax
+import numpy as np
 
 from ._jit import jit
 
@@ -61,8 +62,10 @@ def entry(static_argnames: tuple[str, ...] = (), prime_mobility: bool = False, e
     """Decorator: run eager calls of ``fn(mech, ...)`` through one cached ``jax.jit``.
 
     ``static_argnames``: the options that select code (strings, names, ints); lists given for
-    them are passed as tuples. ``eager_if(bound_arguments) -> bool``: calls that must run as
-    written (e.g. options whose meaning depends on concrete values). ``prepare(bound_arguments)``:
+    them, and 1-D numpy arrays of indices or names, are passed as tuples (an unhashable option
+    would run the body eagerly, one compilation per primitive). ``eager_if(bound_arguments) ->
+    bool``: calls that must run as written (e.g. options whose meaning depends on concrete
+    values). ``prepare(bound_arguments)``:
     fills in, from the concrete arguments, options the compiled call needs (it edits the dict in
     place), before the static options are read."""
 
@@ -79,8 +82,11 @@ def entry(static_argnames: tuple[str, ...] = (), prime_mobility: bool = False, e
             if prepare is not None:
                 prepare(bound.arguments)
             for name in static_argnames:
-                if isinstance(bound.arguments.get(name), list):
-                    bound.arguments[name] = tuple(bound.arguments[name])
+                opt = bound.arguments.get(name)
+                if isinstance(opt, list):
+                    bound.arguments[name] = tuple(opt)
+                elif isinstance(opt, np.ndarray) and opt.ndim == 1 and opt.dtype.kind in "iuU":
+                    bound.arguments[name] = tuple(opt.tolist())  # indices / names: hashable, compiled
             statics = tuple(bound.arguments.get(n) for n in static_argnames)
             if not all(_hashable(s) for s in statics) or (eager_if is not None and eager_if(bound.arguments)):
                 return fn(*args, **kwargs)

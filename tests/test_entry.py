@@ -23,7 +23,7 @@ def test_eager_call_equals_the_function_as_written_and_compiles_once():
     assert fn.jitted._cache_size() == before  # new values, same shapes: no new compilation
 
 
-def test_traced_calls_and_unhashable_options_run_as_written():
+def test_traced_calls_run_as_written_and_index_arrays_compile():
     mech = load("four_bar")
     q = jnp.asarray(mech.q0) + 0.01
     # inside jit / vmap / grad the function is traced as written (no nested compiled call needed)
@@ -31,10 +31,12 @@ def test_traced_calls_and_unhashable_options_run_as_written():
     np.testing.assert_allclose(np.asarray(r[0]), np.asarray(jm.closure_residual(mech, q)), atol=1e-15)
     g = jax.grad(lambda x: jnp.sum(jm.closure_residual(mech, x) ** 2))(q)
     assert np.all(np.isfinite(np.asarray(g)))
-    # a numpy array of indices is not hashable: tangent_map_status runs eagerly and agrees
+    # a numpy array of indices is passed as a tuple: one compiled call for both spellings
     ind = np.asarray(jm.tangent_map_status(mech, q).independent)
+    before = jm.tangent_map_status.jitted._cache_size()
     a = jm.tangent_map_status(mech, q, independent=ind)
     b = jm.tangent_map_status(mech, q, independent=tuple(int(i) for i in ind))
+    assert jm.tangent_map_status.jitted._cache_size() == before + 1
     np.testing.assert_allclose(np.asarray(a.E), np.asarray(b.E), atol=1e-14)
 
 
