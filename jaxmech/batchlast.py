@@ -99,8 +99,9 @@ def _q_ext(QT):
 
 
 def _slot(mech: Mechanism, b: np.ndarray, k: int):
-    """Generic slot ``k`` of bodies ``b`` that read it from a constant: 0.0 or 1.0 (numpy)."""
-    return (np.asarray(mech.topo.q_index)[b, k] == mech.nq + 1).astype(float)
+    """Generic slot ``k`` of bodies ``b`` that read it from a constant: 0.0 or 1.0 (numpy, in the
+    model's dtype: a float64 constant would promote a float32 model's poses to float64)."""
+    return (np.asarray(mech.topo.q_index)[b, k] == mech.nq + 1).astype(np.dtype(mech.offset_d.dtype))
 
 
 def local_poses(mech: Mechanism, QT):

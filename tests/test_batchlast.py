@@ -6,6 +6,8 @@ couplings) and on shipped robots; and the paths that must not take them (a batch
 
 from __future__ import annotations
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -113,3 +115,22 @@ def test_derivatives_are_those_of_the_per_state_code():
     g_ref = jm.jit(jax.grad(lambda m, Q: loss(ref, m, Q), (0, 1)))(mech, Q)
     np.testing.assert_allclose(g[1], g_ref[1], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(g[0].cut_pose_a, g_ref[0].cut_pose_a, rtol=1e-12, atol=1e-12)
+
+
+def test_float32_model_computes_in_float32():
+    """A float32 model's batch-last kernels stay in float32 (a float64 numpy constant once promoted
+    the local poses, so the float32 path ran in float64 and warned at the Jacobian's scatter)."""
+    from jaxmech import batchlast
+    from jaxmech.bench import cast
+
+    mech = cast(load("stewart"), jnp.float32)
+    QT = jnp.tile(jnp.asarray(load("stewart").q0, jnp.float32)[:, None], (1, 4))  # the file's closed pose
+    R, p = batchlast.local_poses(mech, QT)
+    Re, pe = batchlast.world_poses(mech, R, p)
+    assert {R.dtype, p.dtype, Re.dtype, pe.dtype} == {jnp.dtype(jnp.float32)}
+    assert batchlast.world_columns(mech, Re, pe, QT).dtype == jnp.float32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the scatter's dtype warning fails the test
+        r, J = jm.jit(jax.vmap(jm.closure_residual_and_jacobian, (None, 0)))(mech, QT.T)
+    assert r.dtype == J.dtype == jnp.float32
+    assert float(jnp.max(jnp.abs(r))) < 1e-3  # closed to float32 rounding
