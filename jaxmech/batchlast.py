@@ -30,6 +30,7 @@ from jax.custom_batching import custom_vmap
 
 from . import kinpass as kp
 from . import lie
+from .constraint_types import ROW_TYPES
 from .kinpass import materialize
 from .mechanism import LoopGroup, Mechanism
 
@@ -262,10 +263,6 @@ def world_columns(mech: Mechanism, Re, pe, QT):
 # ----------------------------------------------------------------------------- closure rows
 
 
-LOG_ROWS = ("weld", "pose", "prismatic")
-"""Row types whose formulas go through a matrix log: the per-state code, batch moved last."""
-
-
 def _group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
     """Cut frames A, B in the world, ``Delta = A^-1 B`` as (R (n, 3, 3, B), p (n, 3, B)), and the
     signed world motion columns of each loop's path, ``x`` (n, m, 6, B) (None without ``cols``).
@@ -308,47 +305,14 @@ def _log_rows(mech: Mechanism, g: LoopGroup, DR, Dp, W, with_jac: bool):
 
 
 def _rows(mech: Mechanism, g: LoopGroup, terms, with_jac: bool):
-    """Residual rows (n, r, B) and Jacobian rows (n, r, m, B) of one group (``closure._rows``).
-
-    The residuals are the per-state formulas. The point, distance, hinge-axis and universal rows
-    take their Jacobian in the world frame, which needs no path columns in frame A: with the
-    signed world column ``x_j = (w_j, l_j)`` of path coordinate j (angular first, linear part at
-    the world origin),
-    - ``d/dt [R_A^T (p_B - p_A)] = R_A^T (l_j + w_j x p_B)`` (the rotation of frame A included);
-    - ``d/dt [(R_A e_i) . (R_B e_k)] = w_j . ((R_B e_k) x (R_A e_i))``;
-    - ``d/dt |p_B - p_A| = u . (l_j + w_j x p_B)``, u the unit vector from A to B.
-    These are the frame-A forms of ``closure._rows`` rotated to the world (about half the flops);
-    they agree with the per-state code to rounding (``tests/test_batchlast.py``)."""
-    t = g.type
-    DR, Dp, RA, pA, RB, pB, x = terms
-    if t in LOG_ROWS:
+    """Residual rows (n, r, B) and Jacobian rows (n, r, m, B) of one group: its type's
+    :meth:`jaxmech.constraint_types.RowType.rows_world` (world-frame Jacobian rows, no path columns
+    in frame A), or for the log-based types (weld, pose, prismatic) the per-state formulas vmapped."""
+    rt = ROW_TYPES[g.type]
+    if rt.rows_world is None:
+        DR, Dp, RA, pA, _, _, x = terms
         return _log_rows(mech, g, DR, Dp, _columns_in_a(RA, pA, x) if with_jac else None, with_jac)
-    if t == "distance":
-        n2 = jnp.sum(Dp * Dp, 1)
-        safe = n2 > 0
-        nrm = jnp.sqrt(jnp.where(safe, n2, 1.0))
-        res = (jnp.where(safe, nrm, 0.0) - _c(mech.cut_length[g.param_index]))[:, None]
-        if not with_jac:
-            return res, None
-        d = pB - pA
-        u = jnp.where(safe[:, None], d / nrm[:, None], 0.0)[:, None]  # (n, 1, 3, B) world
-        vel = x[:, :, 3:] + cross(x[:, :, :3], pB[:, None])
-        return res, jnp.sum(u * vel, 2)[:, None]
-    pairs = {"revolute": [(0, 2), (1, 2)], "cylindrical": [(0, 2), (1, 2)], "universal": [(0, 1)]}.get(t, [])
-    k = {"point": 3, "revolute": 3, "cylindrical": 2, "universal": 3}.get(t)
-    if k is None:  # pragma: no cover - compile() only creates known types
-        raise ValueError(f"unknown loop type {t}")
-    vals = [Dp[:, :k]] + [DR[:, i, kk][:, None] for i, kk in pairs]
-    if t == "universal":
-        vals[-1] = vals[-1] - _c(mech.cut_length[g.param_index])[:, None]
-    res = jnp.concatenate(vals, 1) if len(vals) > 1 else vals[0]
-    if not with_jac:
-        return res, None
-    w = x[:, :, :3]
-    vel = x[:, :, 3:] + cross(w, pB[:, None])  # (n, m, 3, B) world velocity of p_B's point
-    dp = jnp.swapaxes(mtv3(RA[:, None], vel), 1, 2)[:, :k]  # (n, k, m, B)
-    rates = [jnp.sum(w * cross(RB[:, :, kk], RA[:, :, i])[:, None], 2)[:, None] for i, kk in pairs]
-    return res, jnp.concatenate([dp] + rates, 1) if rates else dp
+    return rt.rows_world(mech, g, terms, with_jac)
 
 
 def closure_residual_and_jacobian(mech: Mechanism, QT, with_jac: bool = True):

@@ -38,6 +38,7 @@ import numpy as np
 
 from . import batchlast, lie
 from ._entry import entry
+from .constraint_types import ROW_TYPES
 from .kinpass import (
     _world_poses,
     integrate,
@@ -82,57 +83,9 @@ def _group_parts(mech: Mechanism, X: jnp.ndarray, S: jnp.ndarray, g: LoopGroup) 
 
 
 def _rows(mech: Mechanism, g: LoopGroup, Delta: jnp.ndarray, W: jnp.ndarray, with_jac: bool = True):
-    """Residual rows (n, r) and Jacobian rows (n, r, m) of one group."""
-    R, p = Delta[:, :3, :3], Delta[:, :3, 3]
-    Wa, Wl = W[:, :3], W[:, 3:]
-    t = g.type
-    if t in ("weld", "pose"):
-        rho = lie.se3_log(Delta)
-        res = rho
-        jac = lie.se3_left_jacobian_inv(rho) @ W if with_jac else None
-    elif t == "point":
-        res = p
-        jac = Wl - lie.hat(p) @ Wa if with_jac else None
-    elif t == "distance":
-        n2 = jnp.sum(p * p, -1)
-        safe = n2 > 0
-        nrm = jnp.sqrt(jnp.where(safe, n2, 1.0))
-        res = (jnp.where(safe, nrm, 0.0) - mech.cut_length[g.param_index])[:, None]
-        u = jnp.where(safe[:, None], p / nrm[:, None], 0.0)
-        jac = jnp.einsum("ni,nim->nm", u, Wl)[:, None] if with_jac else None
-    else:
-        # axis rows: entries e_i . R e_k, rate -e_i^T (R e_k)^ omega
-        def axis_rows(pairs):
-            vals = jnp.stack([R[:, i, k] for i, k in pairs], -1)
-            if not with_jac:
-                return vals, None
-            rates = jnp.stack([-(lie.hat(R[:, :, k]) @ Wa)[:, i] for i, k in pairs], 1)
-            return vals, rates
-
-        dp = Wl - lie.hat(p) @ Wa
-        if t == "revolute":
-            v, d = axis_rows([(0, 2), (1, 2)])
-            res = jnp.concatenate([p, v], -1)
-            jac = jnp.concatenate([dp, d], 1) if with_jac else None
-        elif t == "cylindrical":
-            v, d = axis_rows([(0, 2), (1, 2)])
-            res = jnp.concatenate([p[:, :2], v], -1)
-            jac = jnp.concatenate([dp[:, :2], d], 1) if with_jac else None
-        elif t == "universal":
-            v, d = axis_rows([(0, 1)])
-            v = v - mech.cut_length[g.param_index][:, None]  # cos of the axes' angle (0 if perpendicular)
-            res = jnp.concatenate([p, v], -1)
-            jac = jnp.concatenate([dp, d], 1) if with_jac else None
-        elif t == "prismatic":
-            phi = lie.so3_log(R)
-            res = jnp.concatenate([phi, p[:, :2]], -1)
-            jac = jnp.concatenate([lie.so3_left_jacobian_inv(phi) @ Wa, dp[:, :2]], 1) if with_jac else None
-        else:  # pragma: no cover - compile() only creates known types
-            raise ValueError(f"unknown loop type {t}")
-    if t == "pose":
-        res = res[:, g.rows]
-        jac = jac[:, g.rows] if with_jac else None
-    return res, jac
+    """Residual rows (n, r) and Jacobian rows (n, r, m) of one group (its type's
+    :meth:`jaxmech.constraint_types.RowType.rows`)."""
+    return ROW_TYPES[g.type].rows(mech, g, Delta, W, with_jac)
 
 
 def _select_groups(mech: Mechanism, loops) -> tuple[list[LoopGroup], bool]:

@@ -13,24 +13,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .graph import CONSTRAINT_ROWS, JOINT_NQ, JOINT_NV, Constraint, Graph, Joint
+from .constraint_types import ROW_TYPES
+from .graph import JOINT_NQ, JOINT_NV, Constraint, Graph, Joint, JointType
 from .mechanism import N_COLS, LoopGroup
 
 if TYPE_CHECKING:
     from .compile import _Element, _Tree
-
-_ROW_LABELS = {
-    "point": ("x", "y", "z"),
-    "weld": ("rx", "ry", "rz", "x", "y", "z"),
-    "revolute": ("x", "y", "z", "zx", "zy"),
-    "cylindrical": ("x", "y", "zx", "zy"),
-    "universal": ("x", "y", "z", "xy"),
-    "prismatic": ("rx", "ry", "rz", "x", "y"),
-    "distance": ("d",),
-}
-
-
-_LINEAR = ("revolute", "prismatic", "cylindrical", "universal")  # joints with plain scalar coordinates
 
 
 @dataclass
@@ -129,14 +117,14 @@ def _fill_joint(co: _Coords, i: int, j: Joint) -> None:
         co.q0[qs + 3] = 1.0
     co.q_index[i] = qi
     n1 = JOINT_NQ[t]
-    if t in _LINEAR:
+    if JointType(t).scalar:
         co.lin_q.extend(range(qs, qs + n1))
         co.lin_v.extend(range(vs, vs + n1))
         co.lower[qs : qs + n1] = j.lower
         co.upper[qs : qs + n1] = j.upper
     if j.q0 is not None:
         co.q0[qs : qs + n1] = j.q0
-    if t in _LINEAR:
+    if JointType(t).scalar:
         x = co.q0[qs : qs + n1]
         if np.any((x < j.lower) | (x > j.upper)):
 
@@ -183,10 +171,10 @@ def _loop_groups(tr: _Tree, co: _Coords, loops: list[_Element]) -> tuple[list[Lo
                 dv[r_, k_], dp[r_, k_], ds[r_, k_], db[r_, k_], dc[r_, k_] = v, k, s, body, c
         if ctype == "pose":
             rows = np.nonzero(np.array(axes))[0]
-            labels = tuple(np.array(_ROW_LABELS["weld"])[rows])
+            labels = tuple(np.array(ROW_TYPES["weld"].labels)[rows])
         else:
-            rows = np.arange(CONSTRAINT_ROWS[ctype])
-            labels = _ROW_LABELS[ctype]
+            labels = ROW_TYPES[ctype].labels
+            rows = np.arange(len(labels))
         for li in members:
             row_names.extend(f"{loops[li].name}:{lab}" for lab in labels)
         names = tuple(loops[li].name for li in members)

@@ -44,6 +44,7 @@ import numpy as np
 from . import lie
 from ._entry import entry
 from .closure import _group_parts, _rows, _scatter_rows, _select_groups, _world_group_terms, closure_jacobian
+from .constraint_types import ROW_TYPES
 from .kinpass import integrate, joint_columns, joint_values, local_transforms_ext, mtv3
 from .mechanism import LoopGroup, Mechanism
 
@@ -91,57 +92,9 @@ def _group_rate_bias(mech: Mechanism, X, S, bias_ext, g: LoopGroup, v):
     return parts["Delta"], w, wb
 
 
-def _jinv_rate(f, x, xdot):
-    """Directional derivative of a local operator (J_l^-1) along xdot, vmapped over loops."""
-    return jax.vmap(lambda a, b: jax.jvp(f, (a,), (b,))[1])(x, xdot)
-
-
 def _rows_bias(mech: Mechanism, g: LoopGroup, Delta, w, wb) -> jnp.ndarray:
-    """Curvature rows (n, r) of one group."""
-    R, p = Delta[:, :3, :3], Delta[:, :3, 3]
-    om, omb = w[:, :3], wb[:, :3]
-    pdot = w[:, 3:] + jnp.cross(om, p)
-    pdd = wb[:, 3:] + jnp.cross(omb, p) + jnp.cross(om, pdot)  # point rows
-    t = g.type
-    if t in ("weld", "pose"):
-        rho = lie.se3_log(Delta)
-        Ji = lie.se3_left_jacobian_inv(rho)
-        rhodot = jnp.einsum("nij,nj->ni", Ji, w)
-        dJi = _jinv_rate(lie.se3_left_jacobian_inv, rho, rhodot)
-        out = jnp.einsum("nij,nj->ni", Ji, wb) + jnp.einsum("nij,nj->ni", dJi, w)
-        return out[:, g.rows] if t == "pose" else out
-    if t == "point":
-        return pdd
-    if t == "distance":
-        n2 = jnp.sum(p * p, -1)
-        safe = n2 > 0
-        nrm = jnp.sqrt(jnp.where(safe, n2, 1.0))
-        u = jnp.where(safe[:, None], p / nrm[:, None], 0.0)
-        ud = jnp.sum(u * pdot, -1)
-        curv = jnp.where(safe, (jnp.sum(pdot * pdot, -1) - ud * ud) / nrm, 0.0)
-        return (jnp.sum(u * pdd, -1) + curv)[:, None]
-
-    def axis_rows(pairs):
-        out = []
-        for i, k in pairs:
-            r = R[:, :, k]
-            out.append((jnp.cross(omb, r) + jnp.cross(om, jnp.cross(om, r)))[:, i])
-        return jnp.stack(out, -1)
-
-    if t == "revolute":
-        return jnp.concatenate([pdd, axis_rows([(0, 2), (1, 2)])], -1)
-    if t == "cylindrical":
-        return jnp.concatenate([pdd[:, :2], axis_rows([(0, 2), (1, 2)])], -1)
-    if t == "universal":
-        return jnp.concatenate([pdd, axis_rows([(0, 1)])], -1)
-    if t == "prismatic":
-        phi = lie.so3_log(R)
-        Ji = lie.so3_left_jacobian_inv(phi)
-        phidot = jnp.einsum("nij,nj->ni", Ji, om)
-        dJi = _jinv_rate(lie.so3_left_jacobian_inv, phi, phidot)
-        rot = jnp.einsum("nij,nj->ni", Ji, omb) + jnp.einsum("nij,nj->ni", dJi, om)
-        return jnp.concatenate([rot, pdd[:, :2]], -1)
-    raise ValueError(f"unknown loop type {t}")  # pragma: no cover
+    """Curvature rows (n, r) of one group (its type's :meth:`jaxmech.constraint_types.RowType.bias`)."""
+    return ROW_TYPES[g.type].bias(mech, g, Delta, w, wb)
 
 
 @entry(static_argnames=("loops",))

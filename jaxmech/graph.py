@@ -1,4 +1,4 @@
-"""Validating mechanism-graph builder (plain Python, no JAX).
+"""Validating mechanism-graph builder (plain Python and numpy: nothing here is traced).
 
 A :class:`Graph` holds bodies, joints (an undirected body-joint graph that may contain loops),
 named frames on bodies, explicit constraints and actuator ports. Loaders (``jaxmech.io``)
@@ -31,25 +31,51 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 
-JOINT_TYPES = ("revolute", "prismatic", "cylindrical", "universal", "spherical", "free", "fixed")
-JOINT_NQ = {"revolute": 1, "prismatic": 1, "cylindrical": 2, "universal": 2, "spherical": 4, "free": 7, "fixed": 0}
-JOINT_NV = {"revolute": 1, "prismatic": 1, "cylindrical": 2, "universal": 2, "spherical": 3, "free": 6, "fixed": 0}
+from .constraint_types import ROW_TYPES
 
-#: Constraint types and the number of residual rows each contributes.
-CONSTRAINT_ROWS = {
-    "point": 3,  # the two frame origins coincide (spherical cut)
-    "weld": 6,  # the two frames coincide
-    "revolute": 5,  # origins coincide, z axes aligned
-    "cylindrical": 4,  # z axes aligned, B's origin on A's z axis
-    "universal": 4,  # origins coincide, A's x axis orthogonal to B's y axis
-    "prismatic": 5,  # orientations equal, B's origin on A's z axis
-    "pose": None,  # Log(Delta) rows on selected axes (angular-first mask of 6)
-    "distance": 1,  # |p_B - p_A| = length
-    "coupling": 1,  # sum_i c_i q_i + offset = 0 over one-coordinate joints
-}
+
+class JointType(StrEnum):
+    """The joint types (a ``str``: ``JointType.REVOLUTE == "revolute"``, as model files spell them),
+    with their coordinate counts ``nq`` / ``nv`` (module docstring table)."""
+
+    REVOLUTE = "revolute"
+    PRISMATIC = "prismatic"
+    CYLINDRICAL = "cylindrical"
+    UNIVERSAL = "universal"
+    SPHERICAL = "spherical"
+    FREE = "free"
+    FIXED = "fixed"
+
+    @property
+    def nq(self) -> int:
+        """Configuration coordinates."""
+        return _JOINT_DIMS[self][0]
+
+    @property
+    def nv(self) -> int:
+        """Velocity coordinates."""
+        return _JOINT_DIMS[self][1]
+
+    @property
+    def scalar(self) -> bool:
+        """Whether the coordinates are plain scalars (angles / distances, with limits and an axis)."""
+        return self in (JointType.REVOLUTE, JointType.PRISMATIC, JointType.CYLINDRICAL, JointType.UNIVERSAL)
+
+
+_JOINT_DIMS = {"revolute": (1, 1), "prismatic": (1, 1), "cylindrical": (2, 2), "universal": (2, 2)}
+_JOINT_DIMS |= {"spherical": (4, 3), "free": (7, 6), "fixed": (0, 0)}
+
+JOINT_TYPES = tuple(t.value for t in JointType)
+JOINT_NQ = {t.value: t.nq for t in JointType}
+JOINT_NV = {t.value: t.nv for t in JointType}
+
+#: Constraint types and the number of residual rows each contributes (``None``: chosen per element,
+#: ``pose``); the rows themselves are :data:`jaxmech.constraint_types.ROW_TYPES`.
+CONSTRAINT_ROWS = {name: rt.n_rows for name, rt in ROW_TYPES.items()}
 #: Which constraint a joint becomes when it is chosen as a cut.
 CUT_OF_JOINT = {
     "spherical": "point",
@@ -304,22 +330,19 @@ class Graph:
             raise self.error(el, f"parent and child are the same body '{parent}'")
         pp = self._pose(el, "parent_pose", np.eye(4) if parent_pose is None else parent_pose)
         cp = self._pose(el, "child_pose", np.eye(4) if child_pose is None else child_pose)
-        ax = (
-            self._unit(el, "axis", axis)
-            if type in ("revolute", "prismatic", "cylindrical", "universal")
-            else np.array([0.0, 0, 1])
-        )
+        jt = JointType(type)
+        ax = self._unit(el, "axis", axis) if jt.scalar else np.array([0.0, 0, 1])
         ax2 = self._unit(el, "axis2", axis2) if type == "universal" else np.array([0.0, 1, 0])
         if type == "universal" and abs(ax @ ax2) > 1 - 1e-9:
             raise self.error(el, f"universal axes are parallel: {ax.tolist()} and {ax2.tolist()}")
-        n1 = {"revolute": 1, "prismatic": 1, "cylindrical": 2, "universal": 2}.get(type, 0)
+        n1 = jt.nq if jt.scalar else 0  # scalar coordinates take limits
         lo = np.full(n1, -np.inf) if lower is None else self._vec(el, "lower limit", lower, n1) if n1 else np.zeros(0)
         hi = np.full(n1, np.inf) if upper is None else self._vec(el, "upper limit", upper, n1) if n1 else np.zeros(0)
         if lower is not None and n1 == 0 and np.size(lower):
             raise self.error(el, f"a {type} joint takes no limits, got {lower!r}")
         if np.any(lo > hi):
             raise self.error(el, f"lower limit {lo.tolist()} exceeds upper limit {hi.tolist()}")
-        nq = JOINT_NQ[type]
+        nq = jt.nq
         if q0 is not None:
             q0 = self._vec(el, "q0", q0, nq)
         j = Joint(

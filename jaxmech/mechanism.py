@@ -18,6 +18,8 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
+from .graph import JointType
+
 #: Per-body generic joint columns: 6 for the SE(3) part (free / spherical), then th1, th2, d.
 N_COLS = 9
 
@@ -213,13 +215,13 @@ class Mechanism(eqx.Module):
         """Where joint ``name``'s coordinates sit in q."""
         i = self._joint(name)
         s = int(self.topo.q_start[i])
-        return slice(s, s + _NQ[self.topo.joint_types[i]])
+        return slice(s, s + JointType(self.topo.joint_types[i]).nq)
 
     def v_slice(self, name: str) -> slice:
         """Where joint ``name``'s velocity coordinates sit in v."""
         i = self._joint(name)
         s = int(self.topo.v_start[i])
-        return slice(s, s + _NV[self.topo.joint_types[i]])
+        return slice(s, s + JointType(self.topo.joint_types[i]).nv)
 
     def v_indices(self, names) -> np.ndarray:
         """Velocity indices of a list of joint names (or 'joint:k' for one coordinate)."""
@@ -251,7 +253,3 @@ class Mechanism(eqx.Module):
             f"Mechanism('{self.name}', bodies={self.nb}, nq={self.nq}, nv={self.nv}, "
             f"loops={self.n_loops}, rows={self.n_rows})"
         )
-
-
-_NQ = {"revolute": 1, "prismatic": 1, "cylindrical": 2, "universal": 2, "spherical": 4, "free": 7, "fixed": 0}
-_NV = {"revolute": 1, "prismatic": 1, "cylindrical": 2, "universal": 2, "spherical": 3, "free": 6, "fixed": 0}

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import ModelError
+from ..graph import JointType, ModelError
 from ..mechanism import Mechanism
 
 
@@ -138,7 +138,7 @@ def to_pinocchio(mech: Mechanism, unsupported: str = "raise"):
             jid[i] = model.addJoint(pj, jm, pin.SE3(place), t.joint_names[i])
             T_jb[i] = Xci[i]
             j = model.joints[int(jid[i])]
-            if typ in ("revolute", "prismatic", "cylindrical", "universal"):
+            if JointType(typ).scalar:  # plain scalar coordinates carry limits
                 qs = slice(int(t.q_start[i]), int(t.q_start[i]) + j.nq)
                 model.lowerPositionLimit[j.idx_q : j.idx_q + j.nq] = np.maximum(lo[qs], -1e10)
                 model.upperPositionLimit[j.idx_q : j.idx_q + j.nq] = np.minimum(hi[qs], 1e10)
