@@ -18,7 +18,15 @@ from .closure import (
     closure_rows,
 )
 from .compile import compile
-from .constrained import ConstrainedDynamics, InverseDynamics, forward_dynamics, inverse_dynamics, support_mask
+from .constrained import (
+    ConstrainedDynamics,
+    DynamicsOptions,
+    InverseDynamics,
+    forward_dynamics,
+    inverse_dynamics,
+    support_mask,
+)
+from .constraint_types import ConstraintType
 from .curvature import closure_bias, closure_bias_autodiff, closure_terms
 from .dynamics import (
     Kinematics,
@@ -33,7 +41,7 @@ from .dynamics import (
     rnea,
     spatial_inertia,
 )
-from .graph import Graph, ModelError, pose
+from .graph import Graph, JointType, ModelError, pose
 from .independent import distribute_effort, independent_choice, mobility, reduced_effort, select_independent
 from .io import load, read_graph
 from .io.export import export_mjcf
@@ -80,6 +88,9 @@ __all__ = [
     "bias_forces",
     "closure_terms",
     "ConstrainedDynamics",
+    "DynamicsOptions",
+    "ConstraintType",
+    "JointType",
     "InverseDynamics",
     "aba",
     "crba",

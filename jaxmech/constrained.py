@@ -51,6 +51,9 @@ runs through one ``jax.vmap``.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -144,6 +147,50 @@ def _row_mask(mech: Mechanism, support, dtype):
 
 def _default_rtol(dtype) -> float:
     return 1e-9 if jnp.finfo(dtype).bits >= 64 else 1e-4
+
+
+METHODS = ("auto", "kkt", "kkt_blocks", "projected")
+REFERENCES = ("local", "world", "world_aligned")
+
+
+@dataclass(frozen=True)
+class DynamicsOptions:
+    """Static options of :func:`forward_dynamics` and :func:`inverse_dynamics` (hashable; pass as
+    keyword arguments, ``forward_dynamics(mech, q, v, tau, method="kkt", rtol=1e-10)``, or as one
+    object, ``options=DynamicsOptions(...)``).
+
+    ``method`` (forward dynamics only): ``"auto"`` (default: ``"kkt"`` on CPU, ``"kkt_blocks"``
+    on GPU/TPU, see :func:`default_method`), ``"kkt"``, ``"kkt_blocks"`` or ``"projected"``
+    (module docstring); ``rtol``: the relative rank cutoff of the closure rows' selection (None:
+    1e-9 in float64, 1e-4 in float32); ``f_ext_reference``: the frame of ``f_ext``,
+    ``"local"``, ``"world"`` or ``"world_aligned"`` (:func:`jaxmech.dynamics.external_wrenches`).
+    Bad values raise ``ValueError`` when the object is made, before any compilation."""
+
+    method: str = "auto"
+    rtol: float | None = None
+    f_ext_reference: str = "local"
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {self.method!r}")
+        if self.rtol is not None and not (isinstance(self.rtol, (int, float)) and 0 < self.rtol < 1):
+            raise ValueError(f"rtol must be a number in (0, 1) or None, got {self.rtol!r}")
+        if self.f_ext_reference not in REFERENCES:
+            raise ValueError(
+                f"f_ext_reference must be one of {', '.join(map(repr, REFERENCES))}, got {self.f_ext_reference!r}"
+            )
+
+
+def dynamics_options(options: DynamicsOptions | None = None, **kwargs) -> DynamicsOptions:
+    """``options`` with the keyword fields replaced (a ``TypeError`` names an unknown one)."""
+    base = DynamicsOptions() if options is None else options
+    if not isinstance(base, DynamicsOptions):
+        raise TypeError(f"options must be a DynamicsOptions, got {type(base).__name__}")
+    fields = {f.name for f in dataclasses.fields(DynamicsOptions)}
+    bad = sorted(set(kwargs) - fields)
+    if bad:
+        raise TypeError(f"unknown dynamics option(s) {bad} (options: {', '.join(sorted(fields))})")
+    return dataclasses.replace(base, **kwargs) if kwargs else base
 
 
 class _Rows:
@@ -255,7 +302,6 @@ def default_method() -> str:
     return "kkt" if jax.default_backend() == "cpu" else "kkt_blocks"
 
 
-@entry(static_argnames=("method", "rtol", "f_ext_reference"), prime_mobility=True)
 def forward_dynamics(
     mech: Mechanism,
     q,
@@ -263,25 +309,29 @@ def forward_dynamics(
     tau,
     f_ext=None,
     support=None,
-    method: str = "auto",
     E=None,
-    rtol: float | None = None,
-    f_ext_reference: str = "local",
+    *,
+    options: DynamicsOptions | None = None,
+    **kwargs,
 ) -> ConstrainedDynamics:
     """Constrained forward dynamics of one state (see the module docstring for the equations).
 
     ``q`` (nq,), ``v`` (nv,) (should satisfy ``C v = 0``), ``tau`` (nv,) generalized forces
     (joint units; add actuator efforts with ``jm.port_effort``), ``f_ext`` external wrenches (see
     :func:`jaxmech.dynamics.external_wrenches`), ``support`` an optional row / loop mask,
-    ``method`` ``"auto"`` (default: ``"kkt"`` on CPU, ``"kkt_blocks"`` on GPU/TPU, see
-    :func:`default_method`), ``"kkt"``, ``"kkt_blocks"`` or ``"projected"``, ``E`` an optional
-    null-space basis (nv, d) for the projected form (it must match the active rows), ``rtol`` the
-    relative rank cutoff (1e-9 in float64, 1e-4 in float32). Returns :class:`ConstrainedDynamics`.
-    A tree (no rows) gives the unconstrained ``M^-1 (tau - h)``."""
+    ``E`` an optional null-space basis (nv, d) for ``method="projected"`` (it must match the
+    active rows). Options: ``options`` a :class:`DynamicsOptions` and / or its fields as keywords
+    (``method``, ``rtol``, ``f_ext_reference``); bad values raise before any work. Returns
+    :class:`ConstrainedDynamics`. A tree (no rows) gives the unconstrained ``M^-1 (tau - h)``."""
+    opts = dynamics_options(options, **kwargs)
+    return _forward_dynamics(mech, q, v, tau, f_ext, support, E, opts)
+
+
+@entry(static_argnames=("options",), prime_mobility=True)
+def _forward_dynamics(mech: Mechanism, q, v, tau, f_ext, support, E, options: DynamicsOptions) -> ConstrainedDynamics:
+    method, rtol, f_ext_reference = options.method, options.rtol, options.f_ext_reference
     if method == "auto":
         method = default_method()
-    if method not in ("kkt", "kkt_blocks", "projected"):
-        raise ValueError(f"method must be 'auto', 'kkt', 'kkt_blocks' or 'projected', got {method!r}")
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
     mask = _row_mask(mech, support, dt)  # a bad mask fails here, before any work
@@ -339,7 +389,6 @@ def _actuation(mech: Mechanism, actuators, dt):
     return B
 
 
-@entry(static_argnames=("actuators", "rtol", "f_ext_reference"), prime_mobility=True)
 def inverse_dynamics(
     mech: Mechanism,
     q,
@@ -348,8 +397,9 @@ def inverse_dynamics(
     f_ext=None,
     actuators=None,
     support=None,
-    rtol: float | None = None,
-    f_ext_reference: str = "local",
+    *,
+    options: DynamicsOptions | None = None,
+    **kwargs,
 ) -> InverseDynamics:
     """Actuator efforts that realize the accelerations ``a`` (nv,) of one state.
 
@@ -360,7 +410,16 @@ def inverse_dynamics(
     the actuators span the mobility, i.e. ``E^T B`` is square and invertible; minimum-norm efforts
     for redundant actuation; status ``INCONSISTENT`` when no effort realizes ``a``), then
     ``C_s^T lambda_s = M a + h - B f``. For a tree this reduces to ``f = rnea`` restricted to
-    ``actuators``. ``actuators``: None, joint names / 'joint:k' / indices, or a matrix (nv, na)."""
+    ``actuators``. ``actuators``: None, joint names / 'joint:k' / indices, or a matrix (nv, na).
+    Options: ``options`` a :class:`DynamicsOptions` and / or its fields ``rtol``,
+    ``f_ext_reference`` as keywords (``method`` is unused here)."""
+    opts = dynamics_options(options, **kwargs)
+    return _inverse_dynamics(mech, q, v, a, f_ext, actuators, support, opts)
+
+
+@entry(static_argnames=("actuators", "options"), prime_mobility=True)
+def _inverse_dynamics(mech: Mechanism, q, v, a, f_ext, actuators, support, options: DynamicsOptions) -> InverseDynamics:
+    rtol, f_ext_reference = options.rtol, options.f_ext_reference
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
     mask = _row_mask(mech, support, dt)  # a bad mask fails here, before any work

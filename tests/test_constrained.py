@@ -297,6 +297,12 @@ def test_bad_inputs():
     q, v = mech.q0, jnp.zeros(mech.nv)
     with pytest.raises(ValueError, match="method"):
         jm.forward_dynamics(mech, q, v, v, method="lagrange")
+    with pytest.raises(ValueError, match="rtol"):
+        jm.inverse_dynamics(mech, q, v, v, rtol=-1.0)
+    with pytest.raises(ValueError, match="f_ext_reference"):
+        jm.forward_dynamics(mech, q, v, v, f_ext_reference="body")
+    with pytest.raises(TypeError, match="unknown dynamics option.*'tol'"):
+        jm.forward_dynamics(mech, q, v, v, tol=1e-9)
     with pytest.raises(ValueError, match="support mask"):
         jm.forward_dynamics(mech, q, v, v, support=jnp.ones(7, bool))
     with pytest.raises(KeyError, match="unknown loops"):
@@ -335,3 +341,20 @@ def test_stewart_thousand_states():
         for i in range(len(Q))
     )
     assert err < 1e-10 and float(jnp.max(res.constraint_error)) < 1e-11
+
+
+def test_options_object_and_keywords_are_one_compiled_call():
+    """``options=DynamicsOptions(...)`` and the same fields as keywords select the same compiled
+    program (one static key), and keywords override the object's fields."""
+    from jaxmech.constrained import _forward_dynamics
+
+    mech = _load("four_bar")
+    q, v = mech.q0, jnp.zeros(mech.nv)
+    tau = jnp.arange(1.0, mech.nv + 1.0)
+    a = jm.forward_dynamics(mech, q, v, tau, method="projected", rtol=1e-10)
+    n = _forward_dynamics.jitted._cache_size()
+    b = jm.forward_dynamics(mech, q, v, tau, options=jm.DynamicsOptions(method="projected", rtol=1e-10))
+    c = jm.forward_dynamics(mech, q, v, tau, options=jm.DynamicsOptions(method="kkt", rtol=1e-10), method="projected")
+    assert _forward_dynamics.jitted._cache_size() == n
+    np.testing.assert_array_equal(a.a, b.a)
+    np.testing.assert_array_equal(a.a, c.a)
