@@ -212,10 +212,13 @@ def world_poses(mech: Mechanism, Rl, pl):
 def forward_kinematics(mech: Mechanism, QT):
     """World poses (B, nb, 4, 4) of the states ``QT`` (nq, B) (batch first, as ``vmap`` gives)."""
     R, p = world_poses(mech, *local_poses(mech, QT))
-    top = jnp.concatenate([R, p[:, :, None]], 2)  # (nb, 3, 4, B)
-    B, dt = QT.shape[-1], QT.dtype
-    last = jnp.broadcast_to(jnp.asarray([0.0, 0.0, 0.0, 1.0], dt)[None, None, :, None], (mech.nb, 1, 4, B))
-    return jnp.moveaxis(jnp.concatenate([top, last], 1), -1, 0)
+    B, dt, nb = QT.shape[-1], QT.dtype, mech.nb
+    # the 16 entries of each pose in row-major order, then one 2-D transpose (nb * 16, B) -> (B, nb * 16):
+    # 2.3 -> 1.15 us per state on the Stewart at batch 1,024 against moving the batch axis of a
+    # (nb, 4, 4, B) concatenation, which XLA:CPU ran as a strided gather (benchmarks/PROFILE.md, session 35)
+    z, o = jnp.zeros((nb, 3, B), dt), jnp.ones((nb, 1, B), dt)
+    flat = jnp.concatenate([R[:, 0], p[:, 0:1], R[:, 1], p[:, 1:2], R[:, 2], p[:, 2:3], z, o], 1)
+    return flat.reshape(-1, B).T.reshape(B, nb, 4, 4)
 
 
 def _columns_body(mech: Mechanism, QT):
@@ -315,66 +318,78 @@ def _rows(mech: Mechanism, g: LoopGroup, terms, with_jac: bool):
     return rt.rows_world(mech, g, terms, with_jac)
 
 
+def with_world(Re, pe):
+    """World poses with the world itself appended as slot ``nb`` (identity), for the cut frames."""
+    B, dt = Re.shape[-1], Re.dtype
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=dt)[..., None], (1, 3, 3, B))
+    return jnp.concatenate([Re, eye], 0), jnp.concatenate([pe, jnp.zeros((1, 3, B), dt)], 0)
+
+
+def dense_jacobian(mech: Mechanism, vals, B: int, dt):
+    """The dense closure Jacobian (B, s, nv), batch first, from the groups' Jacobian rows on their
+    path dofs ``vals`` (one (n * r * m, B) array per group, in group order) and the couplings."""
+    from .closure import _jacobian_targets
+
+    topo, nc = mech.topo, len(mech.topo.coupling_names)
+    rows, cols_ = _jacobian_targets(mech, list(topo.groups), np.ones(nc, bool))
+    vals = list(vals)
+    if nc:
+        cq = mech.coupling_q[:, topo.lin_q].astype(dt).reshape(-1)
+        vals.append(jnp.broadcast_to(cq[:, None], (cq.size, B)))
+    J = jnp.zeros((B, mech.n_rows, mech.nv), dt)
+    if not vals:
+        return J
+    # one scatter-add into the batch-first output (measured faster than a batch-last buffer and
+    # a transpose: Kangaroo 18 against 26 us per state at 256 states; session 35: 7.1 against 46)
+    return J.at[:, rows, cols_].add(jnp.concatenate(vals, 0).T)
+
+
 def closure_residual_and_jacobian(mech: Mechanism, QT, with_jac: bool = True):
     """Residual (B, s) and, with ``with_jac``, Jacobian (B, s, nv) of the states ``QT`` (nq, B),
     batch first on output (as ``vmap`` returns them). All loops and couplings."""
-    from .closure import _jacobian_targets
-
     topo, dt, B = mech.topo, QT.dtype, QT.shape[-1]
     Re, pe = world_poses(mech, *local_poses(mech, QT))
-    eye = jnp.broadcast_to(jnp.eye(3, dtype=dt)[..., None], (1, 3, 3, B))
-    Re, pe = jnp.concatenate([Re, eye], 0), jnp.concatenate([pe, jnp.zeros((1, 3, B), dt)], 0)
-    cols = world_columns(mech, Re[:-1], pe[:-1], QT) if with_jac else None
+    cols = world_columns(mech, Re, pe, QT) if with_jac else None
+    Re, pe = with_world(Re, pe)
     res, vals = [], []
     for g in topo.groups:
         r, j = _rows(mech, g, _group_terms(mech, Re, pe, cols, g), with_jac)
         res.append(r.reshape(-1, B))
         if with_jac:
             vals.append(j.reshape(-1, B))
-    nc = len(topo.coupling_names)
-    if nc:
+    if len(topo.coupling_names):
         res.append(mech.coupling_q.astype(dt) @ QT + _c(mech.coupling_offset.astype(dt)))
     r = jnp.concatenate(res, 0).T if res else jnp.zeros((B, 0), dt)
-    if not with_jac:
-        return r, None
-    sel = np.ones(nc, bool)
-    rows, cols_ = _jacobian_targets(mech, list(topo.groups), sel)
-    if nc:
-        cq = mech.coupling_q[:, topo.lin_q].astype(dt).reshape(-1)
-        vals.append(jnp.broadcast_to(cq[:, None], (cq.size, B)))
-    if not vals:
-        return r, jnp.zeros((B, mech.n_rows, mech.nv), dt)
-    # one scatter-add into the batch-first output (measured faster than a batch-last buffer and
-    # a transpose: Kangaroo 18 against 26 us per state at 256 states)
-    J = jnp.zeros((B, mech.n_rows, mech.nv), dt)
-    return r, J.at[:, rows, cols_].add(jnp.concatenate(vals, 0).T)
+    return r, (dense_jacobian(mech, vals, B, dt) if with_jac else None)
 
 
 # ----------------------------------------------------------------------------- dispatch
 
 
 def batched(ref, fast):
-    """``ref(mech, q)`` for one state; under ``vmap`` over ``q`` alone (model unbatched) it runs
-    ``fast(mech, Q.T)`` on the whole batch at once (batch-last). Derivatives are those of ``ref``
-    (``custom_jvp``: ``custom_vmap`` has no reverse mode), so gradients do not change."""
+    """``ref(mech, *xs)`` for one state; under ``vmap`` over every ``x`` (model unbatched) it runs
+    ``fast(mech, *xsT)`` on the whole batch at once, each ``x`` with its batch axis moved last
+    (``(B, n)`` -> ``(n, B)``). A batched model, or an ``x`` shared by the batch, takes ``ref``
+    vmapped. Derivatives are those of ``ref`` (``custom_jvp``: ``custom_vmap`` has no reverse mode),
+    so gradients do not change."""
 
     @custom_vmap
-    def one(mech, q):
-        return ref(mech, q)
+    def one(mech, *xs):
+        return ref(mech, *xs)
 
     @one.def_vmap
-    def _rule(axis_size, in_batched, mech, q):
-        mech_b, q_b = in_batched
-        if any(jax.tree.leaves(mech_b)) or not q_b:  # a batched model: the per-state code, vmapped
-            axes = (jax.tree.map(lambda b: 0 if b else None, mech_b), 0 if q_b else None)
-            out = jax.vmap(ref, in_axes=axes, axis_size=axis_size)(mech, q)
+    def _rule(axis_size, in_batched, mech, *xs):
+        mech_b, xs_b = in_batched[0], in_batched[1:]
+        if any(jax.tree.leaves(mech_b)) or not all(xs_b):  # the per-state code, vmapped
+            axes = (jax.tree.map(lambda b: 0 if b else None, mech_b),) + tuple(0 if b else None for b in xs_b)
+            out = jax.vmap(ref, in_axes=axes, axis_size=axis_size)(mech, *xs)
         else:
-            out = fast(mech, q.T)
+            out = fast(mech, *(jnp.moveaxis(x, 0, -1) for x in xs))
         return out, jax.tree.map(lambda _: True, out)
 
     @jax.custom_jvp
-    def f(mech, q):
-        return one(mech, q)
+    def f(mech, *xs):
+        return one(mech, *xs)
 
     @f.defjvp
     def _jvp(primals, tangents):

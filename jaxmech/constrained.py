@@ -52,6 +52,7 @@ runs through one ``jax.vmap``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import equinox as eqx
@@ -293,6 +294,27 @@ def _finish(rows: _Rows, C, gamma, a, lam, rank=None):
     return ConstrainedDynamics(a, lam, status, rank.astype(jnp.int32), err)
 
 
+def _tree_and_closure_terms(mech: Mechanism, q, v, f_ext=None, f_ext_reference: str = "local"):
+    """``(M, h, C, gamma)`` of one state from one world-frame kinematics pass
+    (:class:`jaxmech.dynamics._World`): ``M`` with armature, ``h = rnea(q, v, 0)`` with ``f_ext``,
+    the closure Jacobian and curvature."""
+    w = _World(mech, kin=kinematics(mech, q, v))
+    V, Ab = w.motion(v)
+    M = w.mass_matrix() + jnp.diag(mech.armature.astype(q.dtype))
+    h = _rnea(mech, w, q, v, None, f_ext, f_ext_reference, motion=(V, Ab))
+    C, gamma = closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
+    return M, h, C, gamma
+
+
+@functools.cache
+def _terms_batched():
+    """:func:`_tree_and_closure_terms` without external wrenches; under ``vmap`` the batch-last
+    kernels of :mod:`jaxmech.batchlast_dynamics` (derivatives from the per-state code)."""
+    from . import batchlast, batchlast_dynamics
+
+    return batchlast.batched(lambda m, q, v: _tree_and_closure_terms(m, q, v), batchlast_dynamics.terms)
+
+
 def default_method() -> str:
     """The forward-dynamics method ``"auto"`` resolves to on JAX's default backend (chosen when the
     call is traced): ``"kkt"`` (LAPACK Cholesky and triangular solves) on CPU, where those kernels
@@ -335,13 +357,11 @@ def _forward_dynamics(mech: Mechanism, q, v, tau, f_ext, support, E, options: Dy
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
     mask = _row_mask(mech, support, dt)  # a bad mask fails here, before any work
-    # one world-frame kinematics pass shared by M, h, C and gamma (jaxmech.dynamics._World)
-    w = _World(mech, kin=kinematics(mech, q, v))
-    V, Ab = w.motion(v)
-    M = w.mass_matrix() + jnp.diag(mech.armature.astype(dt))
-    h = _rnea(mech, w, q, v, None, f_ext, f_ext_reference, motion=(V, Ab))
+    if f_ext is None:  # batched: the batch-last kernels (jaxmech.batchlast_dynamics)
+        M, h, C, gamma = _terms_batched()(mech, q, v)
+    else:
+        M, h, C, gamma = _tree_and_closure_terms(mech, q, v, f_ext, f_ext_reference)
     b = tau - h
-    C, gamma = closure_terms_world(mech, w.R, w.p, w.cols, V, Ab)
     if method == "kkt_blocks":
         a, lam, rank = _kkt_solve(mech, M, C, gamma, mask, b, rtol)
         return _finish(None, C * mask[:, None], gamma * mask, a, lam, rank)
