@@ -13,7 +13,16 @@ program (jit of vmap)          default          fusion emitters off
 ``assemble``                   4.32 s / 39 ms   2.89 s / 40 ms
 ============================  ===============  ===============
 
-(compile time / run time per call). The option is passed per program through ``jax.jit``'s
+(compile time / run time per call).
+
+It also turns off XLA:CPU's library ("YNN", XNNPACK) fusions, ``xla_cpu_experimental_ynn_fusion_type``
+empty: jaxlib 0.10 offloads dots and reductions with their fused producers to them, and on these
+shapes they run several times slower than XLA's own loops. The Stewart's batch-last mass matrix
+(``jaxmech.batchlast_dynamics``, batch 1,024, one core) took 16.4 us per state in one such fusion
+against 5.8 us without; vmapped forward dynamics 43.8 -> 35.1 us and 2.7 -> 2.0 s to compile
+(``benchmarks/PROFILE.md``, session 35).
+
+The options are passed per program through ``jax.jit``'s
 ``compiler_options``; nothing global changes, and programs that are not compiled through
 :func:`jit` are compiled exactly as JAX would. The options are a field of XLA's ``DebugOptions``,
 which every backend accepts (GPU ignores a CPU option). A jaxlib that does not know an option is
@@ -26,7 +35,10 @@ import functools
 
 import jax
 
-COMPILER_OPTIONS: dict[str, object] = {"xla_cpu_use_fusion_emitters": False}
+COMPILER_OPTIONS: dict[str, object] = {
+    "xla_cpu_use_fusion_emitters": False,
+    "xla_cpu_experimental_ynn_fusion_type": "",
+}
 """The options :func:`jit` adds to every program (a copy of this dict is used)."""
 
 
