@@ -64,7 +64,7 @@ def _joint_bias_world(mech: Mechanism, Re, pe, QT, VT):
     factor (then it is zero: :func:`jaxmech.curvature.joint_bias`)."""
     from . import kinpass as kp
     from .curvature import joint_bias
-    from .dynamics import twist_to_world
+    from .kinpass import twist_to_world
 
     hinge, slide, other, _ = kp._pose_classes(mech)
     rest = bl._split_other(mech, other)[1]  # universal, cylindrical

@@ -10,7 +10,7 @@ transform ``X_i`` (parent -> child pose) and ``Ad_i = Ad_{X_i^-1}`` (parent twis
 
 The world "accelerates" with ``(0, -g)`` (the usual gravity trick). ``S_i`` are the generic
 joint columns of :func:`jaxmech.kinpass.joint_columns`; ``Sdot_i v_i`` (non-zero for
-universal joints) is a ``jax.jvp`` of the columns along (th1, th2, d). Every pass is
+universal joints) is :func:`jaxmech.curvature.joint_bias` (the factor velocities' brackets). Every pass is
 level-parallel: one vectorized update per depth level, child results segment-summed into parents.
 
 Conventions shared by all functions here (so ``M a + h = tau`` holds exactly):
@@ -49,7 +49,6 @@ from .kinpass import (
     _levels,
     _pad2,
     _world_poses,
-    compose_tree,
     joint_columns,
     joint_values,
     local_poses,
@@ -57,6 +56,8 @@ from .kinpass import (
     mm3,
     mtv3,
     mv3,
+    twist_to_world,
+    world_columns,
 )
 from .mechanism import Mechanism
 
@@ -106,26 +107,13 @@ class _Tree:
 
     def __init__(self, mech: Mechanism, q: jnp.ndarray):
         _, _, th1, th2, d = joint_values(mech, q)
-        self.th = (th1, th2, d)
         self.X = local_transforms(mech, q)  # (nb, 4, 4) parent -> child
         self.Ad = lie.adjoint(lie.se3_inv(self.X))  # (nb, 6, 6) parent twist -> child twist
         self.S = joint_columns(mech, th1, th2, d)  # (nb, 6, 9)
         self.I = spatial_inertia(mech.mass, mech.com, mech.inertia)  # (nb, 6, 6)
 
-    def sdot_v(self, mech: Mechanism, v9: jnp.ndarray) -> jnp.ndarray:
-        """``Sdot v`` per body (nb, 6): derivative of the columns along the joint rates."""
-        th1, th2, d = self.th
-        _, dS = jax.jvp(lambda a, b, c: joint_columns(mech, a, b, c), (th1, th2, d), (v9[:, 6], v9[:, 7], v9[:, 8]))
-        return _mv(dS, v9)
-
 
 # ----------------------------------------------------------------------------- world-frame pass
-
-
-def twist_to_world(R, p, x):
-    """``Ad_T x`` for the pose ``T = (R, p)``: a twist (..., 6) in the body frame to the world."""
-    w = mv3(R, x[..., :3])
-    return jnp.concatenate([w, mv3(R, x[..., 3:]) + jnp.cross(p, w)], -1)
 
 
 def twist_to_local(R, p, x):
@@ -175,11 +163,10 @@ def kinematics(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray | None = None) ->
     written elementwise, body twists and velocity-product accelerations as static ancestor sums.
     :func:`jaxmech.crba`, :func:`jaxmech.rnea`, the closure rows and curvature in
     :func:`jaxmech.forward_dynamics` all start from it."""
-    topo = mech.topo
     _, _, th1, th2, d = joint_values(mech, q)
     R, p = _world_poses(mech, *local_poses(mech, q))
     S = joint_columns(mech, th1, th2, d)
-    cols = twist_to_world(R[topo.v_body], p[topo.v_body], S[topo.v_body, :, topo.v_col])
+    cols = world_columns(mech, R, p, S)
     if v is None:
         return Kinematics(R, p, S, cols)
     V, Ab = _motion(mech, R, p, S, cols, v)
@@ -297,7 +284,7 @@ def external_wrenches(mech: Mechanism, q: jnp.ndarray, f_ext, reference: str = "
     if reference == "local":
         Xg = Xf  # wrench frame in body
     else:
-        T = compose_tree(mech, local_transforms(mech, q))[bodies]  # body in world
+        T = lie.make_pose(*_world_poses(mech, *local_poses(mech, q)))[bodies]  # body in world
         if reference == "world":
             Xg = lie.se3_inv(T)  # world frame in body
         else:
@@ -412,7 +399,7 @@ def aba(mech: Mechanism, q, v, tau, f_ext=None, f_ext_reference: str = "local") 
 
     V, _ = jax.lax.scan(vel, jnp.zeros((nb + 2, 6), dt), xs)
     V = V[:nb]
-    c = _ad(V, vJ) + tr.sdot_v(mech, v9)  # (nb, 6) velocity-product acceleration
+    c = _ad(V, vJ) + joint_bias(mech, tr.S, v)  # (nb, 6) velocity-product acceleration
     pA = _cross_force(V, _mv(tr.I, V))
     if f_ext is not None:
         pA = pA - external_wrenches(mech, q, f_ext, f_ext_reference)

@@ -202,10 +202,8 @@ def local_poses(mech: Mechanism, q: jnp.ndarray):
 def local_transforms(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     """Parent-to-child transforms of all moving bodies, (nb, 4, 4).
 
-    Kept as matrix products (not :func:`local_poses`): the per-loop closure rows (assembly's
-    defect homotopy, the curvature ``closure_bias``) are built on it, and tests require a subset
-    of loops to reproduce the full evaluation bit for bit, which elementwise code does not
-    guarantee across programs (XLA may contract it into FMAs differently in each fusion)."""
+    As 4 x 4 matrix products: the articulated-body pass (:func:`jaxmech.aba`) and the MJCF export
+    take it; every world-frame pass uses :func:`local_poses` (rotation and translation apart)."""
     pos, quat, th1, th2, d = joint_values(mech, q)
     R12 = lie.rot_axis(mech.axis1, th1) @ lie.rot_axis(mech.axis2, th2)
     Rq = lie.quat_to_matrix(quat)
@@ -259,30 +257,12 @@ def world_poses(mech: Mechanism, q: jnp.ndarray):
     return _world_poses(mech, *local_poses(mech, q))
 
 
-def local_transforms_ext(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
-    """:func:`local_transforms` with an identity appended at index nb (path padding), (nb+1, 4, 4)."""
-    X = local_transforms(mech, q)
-    return jnp.concatenate([X, jnp.eye(4, dtype=X.dtype)[None]], 0)
-
-
 def _mm4(A: jnp.ndarray, B: jnp.ndarray) -> jnp.ndarray:
     """``A @ B`` for (..., 4, 4) poses as an elementwise product and sum, not a dot: under a vmap
     nested in a vmap, XLA:CPU (jaxlib 0.10) emits a batched dot here whose layout fails its own HLO
     verifier ("Expected instruction to have shape equal to f32[7,9,4,4,4], actual
     f32[4,7,9,4,4]"), and on GPUs a float32 dot may run in TF32."""
     return jnp.sum(A[..., :, :, None] * B[..., None, :, :], axis=-2)
-
-
-def compose_tree(mech: Mechanism, X: jnp.ndarray) -> jnp.ndarray:
-    """World poses from local transforms, one batched matmul per depth level. (nb, 4, 4)."""
-    topo = mech.topo
-    nb = len(topo.body_names)
-    T = jnp.concatenate([jnp.zeros((nb, 4, 4), X.dtype), jnp.eye(4, dtype=X.dtype)[None]], 0)
-    parent = topo.parent.copy()
-    parent[parent < 0] = nb
-    for lvl in topo.levels:
-        T = T.at[lvl].set(_mm4(T[parent[lvl]], X[lvl]))
-    return T[:nb]
 
 
 @entry()
@@ -324,6 +304,27 @@ def frame_pose(mech: Mechanism, q: jnp.ndarray, name: str) -> jnp.ndarray:
     return _mm4(forward_kinematics(mech, q)[b], X)
 
 
+def twist_to_world(R, p, x):
+    """``Ad_T x`` for the pose ``T = (R, p)``: a twist (..., 6) in the body frame to the world."""
+    w = mv3(R, x[..., :3])
+    return jnp.concatenate([w, mv3(R, x[..., 3:]) + jnp.cross(p, w)], -1)
+
+
+def world_columns(mech: Mechanism, R, p, S) -> jnp.ndarray:
+    """World spatial motion column ``Ad_T S`` (nv, 6) of every velocity coordinate, from world body
+    poses ``R`` (nb, 3, 3), ``p`` (nb, 3) and the joint columns ``S`` (nb, 6, 9) of
+    :func:`joint_columns` (the one implementation; :mod:`jaxmech.batchlast` has its batch-last form)."""
+    topo = mech.topo
+    return twist_to_world(R[topo.v_body], p[topo.v_body], S[topo.v_body, :, topo.v_col])
+
+
+def _poses_and_columns(mech: Mechanism, q: jnp.ndarray):
+    """World body poses ``R`` (nb, 3, 3), ``p`` (nb, 3) and world motion columns (nv, 6) of ``q``."""
+    _, _, th1, th2, d = joint_values(mech, q)
+    R, p = _world_poses(mech, *local_poses(mech, q))
+    return R, p, world_columns(mech, R, p, joint_columns(mech, th1, th2, d))
+
+
 def motion_columns(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     """Body-frame motion subspace column of every velocity coordinate, (nv, 6) (its own body)."""
     _, _, th1, th2, d = joint_values(mech, q)
@@ -341,13 +342,10 @@ def frame_jacobian(mech: Mechanism, q: jnp.ndarray, name: str, reference: str = 
     b, X = _frame_lookup(mech, name)
     if b < 0:
         return jnp.zeros((6, mech.nv), q.dtype)
-    T = forward_kinematics(mech, q)
-    S = motion_columns(mech, q)
-    Tv = T[mech.topo.v_body]  # (nv, 4, 4) pose of each coordinate's body
-    cols = jnp.einsum("nij,nj->ni", lie.adjoint(Tv), S)  # spatial twists in world
+    R, p, cols = _poses_and_columns(mech, q)  # world spatial twists of the coordinates
     cols = cols * jnp.asarray(mech.topo.ancestor[b], cols.dtype)[:, None]
     Jw = cols.T  # (6, nv) world spatial
-    Tf = T[b] @ X
+    Tf = lie.make_pose(R[b], p[b]) @ X
     if reference == "world":
         return Jw
     if reference == "local":
