@@ -21,7 +21,7 @@ The public functions evaluate ``Delta`` and ``W`` from one world-frame tree pass
 poses by depth level (``T+ = T_A``, ``T- = T_B`` from the common root), and ``W`` from the world
 columns of the dofs on the two paths (``Ad_{T_A^-1}`` of their signed sum), vectorized over the
 loops of each type. That shares the path products between loops (1.7-2x faster than one path
-product per loop, :func:`_group_parts`, kept for the curvature's reference terms). Assembly's defect
+product per loop; ``benchmarks/PROFILE.md``, session 17). Assembly's defect
 homotopy evaluates the same pass with its defect applied to each ``Delta`` (``defect_inv``). Rows touch
 only their loop's path dofs, so the Jacobian is block-sparse, and a subset of loops can be
 evaluated alone (``loops=``).
@@ -48,38 +48,9 @@ from .kinpass import (
     mm3,
     mtv3,
     mv3,
+    world_columns,
 )
 from .mechanism import LoopGroup, Mechanism
-
-
-def _path_prefixes(X: jnp.ndarray, path: np.ndarray) -> jnp.ndarray:
-    """Prefix products along padded paths: (n, L) -> (n, L, 4, 4), entry k = X[p0] ... X[pk]."""
-    F = X[path]
-    out = [F[:, 0]]
-    for k in range(1, path.shape[1]):
-        out.append(out[-1] @ F[:, k])
-    return jnp.stack(out, 1)
-
-
-def _group_parts(mech: Mechanism, X: jnp.ndarray, S: jnp.ndarray, g: LoopGroup) -> dict:
-    """Per-loop geometry of one group (shared with the curvature in ``curvature.py``):
-    prefixes ``Pp``/``Pm`` (n, L, 4, 4), ``Tpi`` = inv(T+) (n, 4, 4), ``Delta`` (n, 4, 4),
-    unsigned path twists ``eta`` (n, m, 6) in the loop-root frame, and ``W`` (n, 6, m)."""
-    Pp = _path_prefixes(X, g.path_plus)
-    Pm = _path_prefixes(X, g.path_minus)
-    A = mech.cut_pose_a[g.param_index]
-    B = mech.cut_pose_b[g.param_index]
-    Tp = Pp[:, -1] @ A
-    Tm = Pm[:, -1] @ B
-    Tpi = lie.se3_inv(Tp)
-    Delta = Tpi @ Tm
-    n = np.arange(g.path_plus.shape[0])[:, None]
-    Pk = jnp.where((g.dof_sign < 0)[..., None, None], Pp[n, g.dof_pos], Pm[n, g.dof_pos])  # (n, m, 4, 4)
-    Se = jnp.concatenate([S, jnp.zeros((1,) + S.shape[1:], S.dtype)], 0)
-    eta = jnp.einsum("nmij,nmj->nmi", lie.adjoint(Pk), Se[g.dof_body, :, g.dof_col])
-    cols = eta * jnp.asarray(g.dof_sign, eta.dtype)[..., None]
-    W = jnp.einsum("nij,nmj->nim", lie.adjoint(Tpi), cols)
-    return {"Pp": Pp, "Pm": Pm, "Tpi": Tpi, "Delta": Delta, "eta": eta, "W": W}
 
 
 def _rows(mech: Mechanism, g: LoopGroup, Delta: jnp.ndarray, W: jnp.ndarray, with_jac: bool = True):
@@ -148,10 +119,7 @@ def _evaluate(mech: Mechanism, q: jnp.ndarray, loops, with_jac: bool, defect_inv
     cols = None
     if with_jac:
         _, _, th1, th2, d = joint_values(mech, q)
-        S = joint_columns(mech, th1, th2, d)
-        Rv, pv, x = Re[topo.v_body], pe[topo.v_body], S[topo.v_body, :, topo.v_col]
-        w = mv3(Rv, x[:, :3])
-        cols = jnp.concatenate([w, mv3(Rv, x[:, 3:]) + jnp.cross(pv, w)], -1)  # (nv, 6) Ad_T S
+        cols = world_columns(mech, Re[:-1], pe[:-1], joint_columns(mech, th1, th2, d))  # (nv, 6) Ad_T S
     res, jacs = [], []
     for k, g in enumerate(groups):
         Delta, W, _, _ = _world_group_terms(mech, Re, pe, cols, g)
@@ -227,7 +195,7 @@ def _world_group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
     A (with world columns ``cols`` (nv, 6); (n, 6, 0) when ``cols`` is None); ``RA`` (n, 3, 3),
     ``pA`` (n, 3) world pose of cut frame A; ``ba``, ``bb`` (n,) static body slots. ``Re`` /
     ``pe``: world body poses with the world appended (slot nb). Same values as
-    :func:`_group_parts`, with one tree pass shared by all loops instead of a path product per loop."""
+    a path product per loop, with one tree pass shared by all loops."""
     topo, nb = mech.topo, mech.nb
     dt = Re.dtype
     lb = np.array([topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)

@@ -38,7 +38,7 @@ from .closure import closure_jacobian
 from .curvature import closure_bias
 from .graph import WORLD, Graph, pose
 from .independent import choose_independent, coordinate_names, mobility
-from .kinpass import forward_kinematics, frame_jacobian, frame_pose, motion_columns
+from .kinpass import _poses_and_columns, frame_jacobian, frame_pose
 from .mechanism import Mechanism
 from .status import Status, messages
 
@@ -387,9 +387,8 @@ def _port_geometry(mech: Mechanism, q):
     t = mech.topo
     fr = t.port_frames
     npt = fr.shape[0]
-    T = forward_kinematics(mech, q)
-    S = motion_columns(mech, q)
-    cols = jnp.einsum("nij,nj->ni", lie.adjoint(T[t.v_body]), S)  # (nv, 6) world spatial
+    R, p, cols = _poses_and_columns(mech, q)  # cols: (nv, 6) world spatial
+    T = lie.make_pose(R, p)
     fb = np.where(fr >= 0, t.frame_body[np.maximum(fr, 0)], -1) if t.frame_body.size else -np.ones_like(fr)
     Tf = jnp.concatenate([T, jnp.eye(4, dtype=T.dtype)[None]], 0)[np.where(fb >= 0, fb, mech.nb)]
     Xf = mech.frame_pose[np.maximum(fr, 0)] if t.frame_body.size else jnp.broadcast_to(jnp.eye(4), (npt, 2, 4, 4))
