@@ -22,7 +22,6 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import lapack
 from ._jit import compilation_cache, jit
 from .cli import app, console, enable_x64, load_or_exit
 
@@ -194,7 +193,7 @@ def _rollouts(d: _Demo) -> tuple[str, ...]:
     import jax.numpy as jnp
 
     from .dynamics import gravity_torques
-    from .reduction import port_jacobian, tangent_map
+    from .reduction import port_tangent_map
     from .simulate import SimState, make_rollout
 
     mech, batch, steps, dt, ok = d.mech, d.batch, d.steps, d.dt, d.ok
@@ -202,10 +201,7 @@ def _rollouts(d: _Demo) -> tuple[str, ...]:
     idx = np.asarray([mech.topo.port_names.index(p) for p in d.legs])
 
     def grav_comp(q):
-        E = tangent_map(mech, q, d=len(mech.topo.port_names))
-        P = port_jacobian(mech, q)
-        Ep = E @ lapack.inv(P @ E)
-        return Ep.T @ gravity_torques(mech, q)
+        return port_tangent_map(mech, q).T @ gravity_torques(mech, q)
 
     F0 = jit(jax.vmap(grav_comp))(Qs)
     tt = dt * np.arange(steps)

@@ -62,12 +62,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import lapack, lie
+from . import lie
 from ._jit import filter_jit, jit
 from .dynamics import crba, gravity_torques
 from .kinpass import frame_jacobian, frame_pose
 from .mechanism import Mechanism
-from .reduction import port_jacobian, port_values, tangent_map
+from .reduction import port_jacobian, port_tangent_map, port_values
 from .simulate import SimState, project_position, random_closed_configurations, step_with_info
 
 
@@ -247,10 +247,9 @@ class TrackingEnv(eqx.Module):
 
 
 def _port_lift(mech: Mechanism, q, port_index):
-    """``E_p = E (P_a E)^-1`` (nv, na): velocity lift from the actuated port speeds."""
-    E = tangent_map(mech, q, d=len(port_index))
-    P = port_jacobian(mech, q)[np.asarray(port_index)]
-    return E @ lapack.inv(P @ E)
+    """``E_p = E (P_a E)^-1`` (nv, na): velocity lift from the actuated port speeds
+    (:func:`jaxmech.port_tangent_map`: identity in place of a singular ``P_a E``, no NaN)."""
+    return port_tangent_map(mech, q, ports=tuple(int(i) for i in port_index))
 
 
 @filter_jit

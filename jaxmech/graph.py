@@ -467,7 +467,8 @@ class Graph:
         if type == "joint":
             if joint not in self.joints:
                 raise self.error(el, f"unknown joint '{joint}'")
-            n1 = {"revolute": 1, "prismatic": 1, "cylindrical": 2, "universal": 2}.get(self.joints[joint].type, 0)
+            jt = JointType(self.joints[joint].type)
+            n1 = jt.nq if jt.scalar else 0
             if not 0 <= index < n1:
                 raise self.error(el, f"joint '{joint}' ({self.joints[joint].type}) has no scalar coordinate {index}")
         elif type == "distance":

@@ -61,7 +61,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import lapack
 from ._jit import filter_jit, jit
 from .dynamics import rnea
 from .inertial import (  # noqa: F401  (re-exported: jaxmech.sysid.<name> stays valid)
@@ -81,7 +80,7 @@ from .inertial import (  # noqa: F401  (re-exported: jaxmech.sysid.<name> stays 
     theta_to_standard,
 )
 from .mechanism import Mechanism
-from .reduction import acceleration_lift, port_jacobian, tangent_map
+from .reduction import acceleration_lift, port_tangent_map, tangent_map
 
 # ----------------------------------------------------------------------------- data
 
@@ -115,10 +114,9 @@ class Dataset(eqx.Module):
 
 
 def port_lift(mech: Mechanism, q) -> jnp.ndarray:
-    """``E_p = E (P E)^-1`` (nv, np): velocity lift from all port speeds (mobility = ports)."""
-    P = port_jacobian(mech, q)
-    E = tangent_map(mech, q, d=P.shape[0])
-    return E @ lapack.inv(P @ E)
+    """``E_p = E (P E)^-1`` (nv, np): velocity lift from all port speeds (mobility = ports);
+    :func:`jaxmech.port_tangent_map` (identity in place of a singular ``P E``, no NaN)."""
+    return port_tangent_map(mech, q)
 
 
 def port_inverse_dynamics(mech: Mechanism, q, v, a, Ep=None) -> jnp.ndarray:

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..graph import WORLD, Graph, ModelError, pose
+from ..graph import WORLD, Graph, JointType, ModelError, pose
 from . import cmg_schema as S
 from ._text import read_text
 
@@ -361,7 +361,7 @@ def _joints(rd: _Reader, data: dict, body, seeds: dict, drive: dict) -> None:
 def _joint_seed(rd: _Reader, el: str, t: str, s, lo, hi):
     """q0 of one joint: its seed, or (1-dof joints) the point of its limits nearest the middle
     when zero is outside them (a seedless file must not start outside its own limits)."""
-    nq = {"revolute": 1, "prismatic": 1, "cylindrical": 2, "universal": 2, "spherical": 4, "free": 7, "fixed": 0}[t]
+    nq = JointType(t).nq
     if s is not None:
         if nq == 0:
             return None

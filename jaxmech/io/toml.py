@@ -72,7 +72,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..graph import Graph, ModelError, _has_text, pose
+from ..graph import JOINT_TYPES, Graph, JointType, ModelError, _has_text, pose
 from ._text import read_text
 
 _TOP = {
@@ -355,7 +355,7 @@ def _ports_from_actuated(g: Graph, joints) -> None:
         if not j.get("actuated", False):
             continue
         name, typ = j["name"], j["type"]
-        n1 = {"revolute": 1, "prismatic": 1, "cylindrical": 2, "universal": 2}.get(typ, 0)
+        n1 = JointType(typ).nq if typ in JOINT_TYPES and JointType(typ).scalar else 0
         if n1 == 0:
             raise g.error(
                 f"joint '{name}'",
