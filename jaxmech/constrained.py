@@ -393,6 +393,10 @@ def _forward_dynamics(mech: Mechanism, q, v, tau, f_ext, support, E, options: Dy
     return _finish(rows, rows.C, rows.gamma, a, lam)
 
 
+# the compiled path eager calls take, and the functions as written (as on every entry function)
+forward_dynamics.jitted, forward_dynamics.eager = _forward_dynamics.jitted, _forward_dynamics.eager
+
+
 def _actuation(mech: Mechanism, actuators, dt):
     """Actuation matrix B (nv, na): generalized force = B f."""
     if actuators is None:
@@ -471,3 +475,6 @@ def _inverse_dynamics(mech: Mechanism, q, v, a, f_ext, actuators, support, optio
     bad = res > jnp.sqrt(eps) * (1.0 + jnp.max(jnp.abs(rhs)))
     status = jnp.where(~finite, NONFINITE, jnp.where(bad, INCONSISTENT, OK)).astype(jnp.int32)
     return InverseDynamics(tau, f, lam, res, status)
+
+
+inverse_dynamics.jitted, inverse_dynamics.eager = _inverse_dynamics.jitted, _inverse_dynamics.eager
