@@ -216,14 +216,6 @@ def _world_group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
     return Delta, jnp.swapaxes(jnp.concatenate([w, lin], -1), -1, -2), (RA, pA), (ba, bb)
 
 
-def _scatter_rows(mech: Mechanism, g: LoopGroup, j):
-    """Rows (n * r, nv) of a group from its path-column block ``j`` (n, r, m)."""
-    n, nr, m = j.shape
-    rows = np.arange(n * nr).reshape(n, nr)
-    block = jnp.zeros((n * nr, mech.nv), j.dtype)
-    return block.at[rows[:, :, None], np.broadcast_to(g.dof_v[:, None, :], (n, nr, m))].add(j)
-
-
 @entry(static_argnames=("loops",))
 def closure_residual(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray:
     """Raw closure residual rows, shape (s,) (or the rows of the named ``loops`` only).

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._entry import entry
-from .closure import _rows, _scatter_rows, _select_groups, _world_group_terms, closure_jacobian
+from .closure import _dense_jacobian, _rows, _select_groups, _world_group_terms, closure_jacobian
 from .constraint_types import ROW_TYPES
 from .kinpass import integrate, mtv3
 from .mechanism import LoopGroup, Mechanism
@@ -137,24 +138,21 @@ def closure_terms_world(mech: Mechanism, R, p, cols, V=None, Ab=None):
     ``V`` / ``Ab`` (nb, 6) world body velocities and velocity-product accelerations (omit both
     for ``C`` only; ``gamma`` is then None). Same row order and values as
     :func:`jaxmech.closure_jacobian` and :func:`closure_bias`."""
-    topo = mech.topo
-    nv, dt = mech.nv, cols.dtype
+    topo, dt = mech.topo, cols.dtype
     with_bias = V is not None
     Re, pe, Ve, Abe = _with_world(R, p, V, Ab)
-    Cs, gs = [], []
+    jacs, gs = [], []
     for g in topo.groups:
         Delta, W, (RA, pA), (ba, bb) = _world_group_terms(mech, Re, pe, cols, g)
-        _, jac = _rows(mech, g, Delta, W)  # (n, r, m) on the path dofs
-        Cs.append(_scatter_rows(mech, g, jac))
+        jacs.append(_rows(mech, g, Delta, W)[1])  # (n, r, m) on the path dofs
         if with_bias:
             gs.append(_group_bias(mech, g, Delta, RA, pA, Ve[ba], Ve[bb], Abe[ba], Abe[bb]))
     nc = len(topo.coupling_names)
-    if nc:
-        Cs.append(jnp.zeros((nc, nv), dt).at[:, topo.lin_v].set(mech.coupling_q[:, topo.lin_q].astype(dt)))
-        gs.append(jnp.zeros(nc, dt))
-    C = jnp.concatenate(Cs, 0) if Cs else jnp.zeros((0, nv), dt)
+    C = _dense_jacobian(mech, list(topo.groups), jacs, np.ones(nc, bool), dt, mech.n_rows)
     if not with_bias:
         return C, None
+    if nc:
+        gs.append(jnp.zeros(nc, dt))  # couplings are linear in q
     return C, (jnp.concatenate(gs) if gs else jnp.zeros(0, dt))
 
 
