@@ -154,7 +154,7 @@ def main():
     )
     comps = components(mech)
     if args.only:
-        comps = {k: comps[k] for k in args.only.split(",")}
+        comps = {k: comps[k] for k in args.only.split(",") if k in comps}
     batches = [int(b) for b in args.batches.split(",")]
     Qa, Va, Ta = states(mech, max(batches))
     Qa, Va, Ta = (x.astype(dt) for x in (Qa, Va, Ta))
