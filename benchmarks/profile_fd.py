@@ -90,6 +90,44 @@ def components(mech):
     }
 
 
+def batchlast_components(mech):
+    """Stage name -> f(Q, V, T) of a whole batch (batch first in, as ``vmap`` hands them over):
+    the batch-last stages forward dynamics runs under ``vmap`` (``jaxmech.batchlast_dynamics``),
+    each cumulative (read differences)."""
+    from jaxmech import batchlast as bl
+    from jaxmech import batchlast_dynamics as bd
+
+    def upto(stage):
+        def f(Q, V, T):
+            QT, VT = Q.T, V.T
+            Re, pe = bl.world_poses(mech, *bl.local_poses(mech, QT))
+            cols = bl.world_columns(mech, Re, pe, QT)
+            if stage == "kin":
+                return Re, pe, cols
+            vJ = cols * VT[:, None]
+            own = bd._per_body(mech, vJ)
+            Vb = bd._down(mech, own)
+            Ab = bd._down(mech, bd._ad(Vb, own))
+            if stage == "motion":
+                return Vb, Ab
+            mass, com, Ic = bd._world_inertia(mech, Re, pe)
+            if stage == "M":
+                return Vb, Ab, bd._mass_matrix(mech, bd._spatial_inertia(mass, com, Ic), cols, QT.shape[-1])
+            if stage == "C_gamma":
+                return bd._closure(mech, Re, pe, cols, Vb, Ab, QT.shape[-1])
+            return bd.terms(mech, QT, VT)
+
+        return f
+
+    return {
+        "bl: poses + columns": upto("kin"),
+        "bl: + V, Ab": upto("motion"),
+        "bl: + M": upto("M"),
+        "bl: + C, gamma (no M)": upto("C_gamma"),
+        "bl: M, h, C, gamma": upto("all"),
+    }
+
+
 def kkt_only(mech, Q, V, T):
     """The KKT solve alone on precomputed (M, C, gamma, b): the linear algebra of fd_kkt."""
     from jaxmech.constrained import _Rows
@@ -112,9 +150,10 @@ def kkt_only(mech, Q, V, T):
         return _kkt_dense(M, rows, b)
 
     def solve_blocks(M, C, g, b):
-        from jaxmech.constrained import _kkt_solve
+        from jaxmech.constrained import _kkt_solve, _to_blocks
 
-        return _kkt_solve(mech, M, C, g, jnp.ones(C.shape[0], M.dtype), b, 1e-9)[0]
+        Mb, Cc, gc = _to_blocks(mech, M, C, g)
+        return _kkt_solve(mech, Mb, Cc, gc, jnp.ones(C.shape[0], M.dtype), b, 1e-9)[0]
 
     return solve, solve_blocks, (M, C, g, b)
 
@@ -163,6 +202,13 @@ def main():
         Q, V, T = Qa[:b], Va[:b], Ta[:b]
         fns, args_of, info = {}, {}, {}
         items = [(k, f, (Q, V, T)) for k, f in comps.items()]
+        if not args.only or "bl" in args.only.split(","):
+            for k, f in batchlast_components(mech).items():
+                t0 = time.perf_counter()
+                compiled = jm.jit(f).lower(Q, V, T).compile()
+                info[k] = (time.perf_counter() - t0, _flops(compiled) / b)
+                jax.block_until_ready(compiled(Q, V, T))
+                fns[k], args_of[k] = compiled, (Q, V, T)
         if not args.only or "kkt_solve" in args.only:
             solve, solve_blocks, kargs = kkt_only(mech, Q, V, T)
             items.append(("kkt_solve(+rank, LAPACK)", solve, kargs))

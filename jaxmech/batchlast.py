@@ -366,6 +366,19 @@ def closure_residual_and_jacobian(mech: Mechanism, QT, with_jac: bool = True):
 # ----------------------------------------------------------------------------- dispatch
 
 
+CHUNK_BUDGET = 1 << 17
+"""Lanes x (bodies + speeds + rows) per batch-last call: larger batches run in chunks of that many
+states (``jax.lax.map``), so a chunk's intermediates stay in the caches. 48 four-bars side by side
+(144 bodies), forward kinematics: 17.3 us per state in one batch of 1,024 against 5.6 in chunks of
+128 (``benchmarks/PROFILE.md``, session 35)."""
+
+
+def chunk_size(mech: Mechanism) -> int:
+    """States per batch-last call for ``mech`` (a power of two, at least 64): see :data:`CHUNK_BUDGET`."""
+    width = mech.nb + mech.nv + mech.n_rows
+    return max(64, 1 << int(np.log2(max(CHUNK_BUDGET // max(width, 1), 1))))
+
+
 def batched(ref, fast):
     """``ref(mech, *xs)`` for one state; under ``vmap`` over every ``x`` (model unbatched) it runs
     ``fast(mech, *xsT)`` on the whole batch at once, each ``x`` with its batch axis moved last
@@ -383,6 +396,8 @@ def batched(ref, fast):
         if any(jax.tree.leaves(mech_b)) or not all(xs_b):  # the per-state code, vmapped
             axes = (jax.tree.map(lambda b: 0 if b else None, mech_b),) + tuple(0 if b else None for b in xs_b)
             out = jax.vmap(ref, in_axes=axes, axis_size=axis_size)(mech, *xs)
+        elif axis_size > chunk_size(mech):  # chunks of the batch: vmap of each comes back here
+            out = jax.lax.map(lambda x: one(mech, *x), xs, batch_size=chunk_size(mech))
         else:
             out = fast(mech, *(jnp.moveaxis(x, 0, -1) for x in xs))
         return out, jax.tree.map(lambda _: True, out)

@@ -160,11 +160,12 @@ class DynamicsOptions:
     keyword arguments, ``forward_dynamics(mech, q, v, tau, method="kkt", rtol=1e-10)``, or as one
     object, ``options=DynamicsOptions(...)``).
 
-    ``method`` (forward dynamics only): ``"auto"`` (default: ``"kkt"`` on CPU, ``"kkt_blocks"``
-    on GPU/TPU, see :func:`default_method`), ``"kkt"``, ``"kkt_blocks"`` or ``"projected"``
-    (module docstring); ``rtol``: the relative rank cutoff of the closure rows' selection (None:
-    1e-9 in float64, 1e-4 in float32); ``f_ext_reference``: the frame of ``f_ext``,
-    ``"local"``, ``"world"`` or ``"world_aligned"`` (:func:`jaxmech.dynamics.external_wrenches`).
+    ``method`` (forward dynamics only): ``"auto"`` (default: ``"kkt_blocks"`` on GPU/TPU and on
+    CPU for models of small independent loops, else ``"kkt"``; see :func:`default_method`),
+    ``"kkt"``, ``"kkt_blocks"`` or ``"projected"`` (module docstring); ``rtol``: the relative rank
+    cutoff of the closure rows' selection (None: 1e-9 in float64, 1e-4 in float32);
+    ``f_ext_reference``: the frame of ``f_ext``, ``"local"``, ``"world"`` or ``"world_aligned"``
+    (:func:`jaxmech.dynamics.external_wrenches`).
     Bad values raise ``ValueError`` when the object is made, before any compilation."""
 
     method: str = "auto"
@@ -242,31 +243,47 @@ def block_structure(mech: Mechanism) -> linalg.BlockKKT:
     return st
 
 
-def _kkt_solve(mech: Mechanism, M, C, gamma, row_mask, b, rtol):
-    """``(a, lambda, rank)`` of ``M a = b + C^T lambda``, ``C a = -gamma`` on rank-selected rows.
+def _to_blocks(mech: Mechanism, M, C, gamma):
+    """``(Mb, Cc, gc)``: the diagonal blocks of ``M`` per independent component (c, nbc, bs, bs),
+    identity on padded slots, and the closure rows on each component's dofs (c, sc, nbc, bs) and
+    their curvature (c, sc) (zero on padded rows); ``block_structure`` gives the layout."""
+    st = block_structure(mech)
+    dt = M.dtype
+    cd, pad = st.comp_dof, st.pad_dof  # (c, nbc, bs)
+    Mb = jnp.pad(M, ((0, 1), (0, 1)))[cd[..., :, None], cd[..., None, :]]
+    eye = np.eye(st.bs, dtype=bool)
+    Mb = jnp.where(pad[..., :, None] | pad[..., None, :], jnp.asarray(eye, dt), Mb)
+    rows = st.comp_rows  # (c, sc)
+    Cc = jnp.pad(C, ((0, 1), (0, 1)))[rows[:, :, None, None], cd[:, None]]
+    gc = jnp.concatenate([gamma, jnp.zeros(1, dt)])[rows]
+    return Mb, Cc, gc
+
+
+def _kkt_solve(mech: Mechanism, Mb, Cc, gc, row_mask, b, rtol):
+    """``(a, lambda, rank, err, cmax)`` of ``M a = b + C^T lambda``, ``C a = -gamma`` on
+    rank-selected rows, from the blocks of :func:`_to_blocks` (``err = max |C a + gamma|`` and
+    ``cmax = max |C|`` over the active rows).
 
     Per independent component (``block_structure``), all components vectorized together: the
     Cholesky factors of the diagonal blocks of ``M`` (``M = L L^T`` blockwise), the rows chosen
     by :func:`jaxmech.linalg.pivoted_rows` on ``stop_gradient(C)`` (rank: ``|R_tt| > rtol`` times
     the largest row norm of ``C``; dropped rows get ``lambda = 0``), ``Z = L^-1 C_s^T``, the Schur
     complement ``K = Z^T Z`` (identity on dropped rows), ``lambda = K^-1 (-gamma - Z^T L^-1 b)``
-    and ``a = L^-T L^-1 (b + C_s^T lambda)``. No LAPACK call; ``M`` must be block-diagonal over the
+    and ``a = L^-T L^-1 (b + C_s^T lambda)``. No LAPACK call, and no dense ``M`` or ``C``: the cost
+    grows with the number of components, not with its square. ``M`` must be block-diagonal over the
     world's subtrees (true of every tree's mass matrix)."""
     st = block_structure(mech)
-    nv, s, dt = mech.nv, mech.n_rows, M.dtype
+    nv, s, dt = mech.nv, mech.n_rows, Mb.dtype
     cd, pad = st.comp_dof, st.pad_dof  # (c, nb, bs)
-    Mb = jnp.pad(M, ((0, 1), (0, 1)))[cd[..., :, None], cd[..., None, :]]
-    eye = np.eye(st.bs, dtype=bool)
-    Mb = jnp.where(pad[..., :, None] | pad[..., None, :], jnp.asarray(eye, dt), Mb)
     L = linalg.cholesky(Mb)
     zb = linalg.solve_lower(L, jnp.concatenate([b, jnp.zeros(1, dt)])[cd][..., None])[..., 0]
     rank = jnp.zeros((), jnp.int32)
     lam_full = jnp.zeros(s, dt)
+    err = cmax = jnp.zeros((), dt)
     if st.sc:
         rows = st.comp_rows  # (c, sc)
         mr = jnp.concatenate([row_mask.astype(dt), jnp.zeros(1, dt)])[rows]
-        Cc = jnp.pad(C, ((0, 1), (0, 1)))[rows[:, :, None, None], cd[:, None]] * mr[..., None, None]
-        gc = jnp.concatenate([gamma, jnp.zeros(1, dt)])[rows] * mr
+        Cc, gc = Cc * mr[..., None, None], gc * mr
         nc, sc = rows.shape
         k = min(sc, cd.shape[1] * st.bs)
         order, d = linalg.pivoted_rows(jax.lax.stop_gradient(Cc).reshape(nc, sc, -1), k)
@@ -279,18 +296,27 @@ def _kkt_solve(mech: Mechanism, M, C, gamma, row_mask, b, rtol):
         lam = linalg.cho_solve(linalg.cholesky(K), rhs) * sel  # (c, sc)
         zb = zb + jnp.sum(Z * lam[:, None, None, :], -1)
         lam_full = jnp.zeros(s + 1, dt).at[rows.ravel()].add(lam.ravel())[:s]
-    ac = linalg.solve_lower_t(L, zb[..., None])[..., 0]
-    a = jnp.zeros(nv + 1, dt).at[cd.ravel()].add(jnp.where(pad, 0.0, ac).ravel())[:nv]
-    return a, lam_full, rank
+    ac = jnp.where(pad, 0.0, linalg.solve_lower_t(L, zb[..., None])[..., 0])
+    if st.sc:
+        err = jnp.max(jnp.abs(jnp.sum(Cc * ac[:, None], (2, 3)) + gc))
+        cmax = jnp.max(jnp.abs(Cc))
+    a = jnp.zeros(nv + 1, dt).at[cd.ravel()].add(ac.ravel())[:nv]
+    return a, lam_full, rank, err, cmax
 
 
-def _finish(rows: _Rows, C, gamma, a, lam, rank=None):
+def _finish(rows: _Rows, C, gamma, a, lam):
     err = jnp.max(jnp.abs(C @ a + gamma)) if C.shape[0] else jnp.zeros((), a.dtype)
+    cmax = jnp.max(jnp.abs(C), initial=0.0)
+    return _result(a, lam, rows.rank, err, jnp.max(jnp.abs(gamma), initial=0.0), cmax)
+
+
+def _result(a, lam, rank, err, gmax, cmax):
+    """:class:`ConstrainedDynamics` with its status: ``err = max |C a + gamma|`` against
+    ``sqrt(eps) (1 + max |gamma| + max |C| max |a|)`` on the active rows."""
     eps = jnp.finfo(a.dtype).eps
-    scale = 1.0 + jnp.max(jnp.abs(gamma), initial=0.0) + jnp.max(jnp.abs(C), initial=0.0) * jnp.max(jnp.abs(a))
+    scale = 1.0 + gmax + cmax * jnp.max(jnp.abs(a), initial=0.0)
     finite = jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(lam))
     status = jnp.where(~finite, NONFINITE, jnp.where(err > jnp.sqrt(eps) * scale, INCONSISTENT, OK)).astype(jnp.int32)
-    rank = rows.rank if rank is None else rank
     return ConstrainedDynamics(a, lam, status, rank.astype(jnp.int32), err)
 
 
@@ -315,13 +341,49 @@ def _terms_batched():
     return batchlast.batched(lambda m, q, v: _tree_and_closure_terms(m, q, v), batchlast_dynamics.terms)
 
 
-def default_method() -> str:
-    """The forward-dynamics method ``"auto"`` resolves to on JAX's default backend (chosen when the
-    call is traced): ``"kkt"`` (LAPACK Cholesky and triangular solves) on CPU, where those kernels
-    are about 3x faster per state than the unrolled ones at batch 256; ``"kkt_blocks"`` (unrolled,
-    LAPACK-free, per block of the tree) elsewhere: on an H200 (Stewart, float64, batch 65,536) it ran
-    0.40 us/state against 9.2 us/state for the batched cuSOLVER path (``benchmarks/GPU.md``)."""
-    return "kkt" if jax.default_backend() == "cpu" else "kkt_blocks"
+def _block_row_mask(mech: Mechanism, mask):
+    """The row mask (s,) laid out as the components' rows (c, sc) (0 on padded rows)."""
+    rows = block_structure(mech).comp_rows
+    return jnp.concatenate([mask, jnp.zeros(1, mask.dtype)])[rows]
+
+
+def _block_terms(mech: Mechanism, q, v):
+    """``(Mb, h, Cc, gc)`` of one state: :func:`_tree_and_closure_terms` laid out by :func:`_to_blocks`."""
+    M, h, C, gamma = _tree_and_closure_terms(mech, q, v)
+    Mb, Cc, gc = _to_blocks(mech, M, C, gamma)
+    return Mb, h, Cc, gc
+
+
+@functools.cache
+def _block_terms_batched():
+    """:func:`_block_terms`; under ``vmap`` the batch-last kernels, which write the blocks directly
+    (:func:`jaxmech.batchlast_dynamics.block_terms`: no dense ``M`` or ``C``)."""
+    from . import batchlast, batchlast_dynamics
+
+    return batchlast.batched(_block_terms, batchlast_dynamics.block_terms)
+
+
+SMALL_COMPONENT_ROWS = 8
+"""On CPU, ``method="auto"`` takes the per-component solve when no independent component has more
+closure rows than this (many small loops: the dense LAPACK KKT grows with the cube of the size)."""
+
+
+def default_method(mech: Mechanism | None = None) -> str:
+    """The forward-dynamics method ``"auto"`` resolves to (chosen when the call is traced, from JAX's
+    default backend and ``mech``'s static structure):
+
+    * on GPU / TPU ``"kkt_blocks"`` (unrolled, LAPACK-free, per block of the tree): on an H200
+      (Stewart, float64, batch 65,536) it ran 0.40 us/state against 9.2 us/state for the batched
+      cuSOLVER path (``benchmarks/GPU.md``);
+    * on CPU ``"kkt_blocks"`` too when every independent component of ``mech`` is small (at most
+      :data:`SMALL_COMPONENT_ROWS` rows: a four-bar 1.1 against 2.1 us/state, 48 four-bars side by
+      side 68 against 2,170 us/state, ``benchmarks/growth.py``), else ``"kkt"`` (LAPACK Cholesky
+      and triangular solves; the Stewart's one 18-row component: 25 against 29 us/state)."""
+    if jax.default_backend() != "cpu":
+        return "kkt_blocks"
+    if mech is not None and mech.n_rows and block_structure(mech).sc <= SMALL_COMPONENT_ROWS:
+        return "kkt_blocks"
+    return "kkt"
 
 
 def forward_dynamics(
@@ -353,18 +415,24 @@ def forward_dynamics(
 def _forward_dynamics(mech: Mechanism, q, v, tau, f_ext, support, E, options: DynamicsOptions) -> ConstrainedDynamics:
     method, rtol, f_ext_reference = options.method, options.rtol, options.f_ext_reference
     if method == "auto":
-        method = default_method()
+        method = default_method(mech)
     dt = q.dtype
     rtol = _default_rtol(dt) if rtol is None else rtol
     mask = _row_mask(mech, support, dt)  # a bad mask fails here, before any work
+    if method == "kkt_blocks":  # per component, from block terms (batched: batch-last, no dense M or C)
+        if f_ext is None:
+            Mb, h, Cc, gc = _block_terms_batched()(mech, q, v)
+        else:
+            M, h, C, gamma = _tree_and_closure_terms(mech, q, v, f_ext, f_ext_reference)
+            Mb, Cc, gc = _to_blocks(mech, M, C, gamma)
+        a, lam, rank, err, cmax = _kkt_solve(mech, Mb, Cc, gc, mask, tau - h, rtol)
+        gmax = jnp.max(jnp.abs(gc * _block_row_mask(mech, mask)), initial=0.0)
+        return _result(a, lam, rank, err, gmax, cmax)
     if f_ext is None:  # batched: the batch-last kernels (jaxmech.batchlast_dynamics)
         M, h, C, gamma = _terms_batched()(mech, q, v)
     else:
         M, h, C, gamma = _tree_and_closure_terms(mech, q, v, f_ext, f_ext_reference)
     b = tau - h
-    if method == "kkt_blocks":
-        a, lam, rank = _kkt_solve(mech, M, C, gamma, mask, b, rtol)
-        return _finish(None, C * mask[:, None], gamma * mask, a, lam, rank)
     rows = _Rows(C, gamma, mask, rtol)
     if method == "kkt":
         a, lam_s = _kkt_dense(M, rows, b)
