@@ -50,3 +50,77 @@ def test_shipped_robots_match_and_forward_dynamics_uses_them(name):
     one = jm.forward_dynamics(mech, Q[3], V[3], T[3])  # a single state: the per-state code
     np.testing.assert_allclose(batched.a[3], one.a, rtol=0, atol=1e-11 * (1.0 + float(jnp.max(jnp.abs(one.a)))))
     assert int(batched.status[3]) == int(one.status)
+
+
+def _side_by_side(n: int) -> jm.Mechanism:
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from growth import side_by_side
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "x.toml"
+        path.write_text(side_by_side(n))
+        return jm.load(path)
+
+
+def _shapes(jaxpr):
+    """Shapes of every array a traced program computes (sub-programs included)."""
+    for eqn in jaxpr.eqns:
+        for v in eqn.outvars:
+            yield tuple(getattr(v.aval, "shape", ()))
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (tuple, list)) else (p,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _shapes(inner)
+
+
+def _dense(shape, mech) -> bool:
+    """Whether ``shape`` has two adjacent axes of the dense sizes (nv, nv) or (s, nv)."""
+    big = {mech.nv, mech.n_rows}
+    return any(a in big and b in big for a, b in zip(shape, shape[1:], strict=False))
+
+
+def test_many_small_loops_take_the_block_path_without_dense_matrices():
+    """Sixteen four-bars side by side (nv 48, 80 rows): "auto" takes the per-component solve, and
+    the batched program computes no array with the dense M's (nv, nv) or C's (s, nv) axes, so its
+    cost grows with the number of loops, not its square (``benchmarks/growth.py`` times it; the
+    LAPACK path computes both). Accelerations equal the dense KKT's and one four-bar's."""
+    one, mech = load("four_bar"), _side_by_side(16)
+    assert constrained.default_method(mech) == "kkt_blocks" == constrained.default_method(one)
+    assert constrained.default_method(load("stewart")) == "kkt"  # one 18-row component: LAPACK
+    n = 8
+    Q = jnp.asarray(random_configurations(mech, n, 0, 0.3))
+    V, T = normal(1, (n, mech.nv)), normal(2, (n, mech.nv))
+
+    def f(method):
+        return jax.vmap(lambda q, v, t: jm.forward_dynamics(mech, q, v, t, method=method).a)
+
+    for method, dense in (("auto", False), ("kkt", True)):
+        found = [s for s in _shapes(jax.make_jaxpr(f(method))(Q, V, T).jaxpr) if _dense(s, mech)]
+        assert bool(found) == dense, (method, found[:3])
+    a, ref = jm.jit(f("auto"))(Q, V, T), jm.jit(f("kkt"))(Q, V, T)
+    np.testing.assert_allclose(a, ref, rtol=0, atol=1e-10 * (1.0 + float(jnp.max(jnp.abs(ref)))))
+    # copy 5 of the sixteen is the shipped four-bar, shifted along z (gravity along -y: same motion)
+    a1 = jm.jit(jax.vmap(lambda q, v, t: jm.forward_dynamics(one, q, v, t).a))(Q[:, 15:18], V[:, 15:18], T[:, 15:18])
+    np.testing.assert_allclose(a[:, 15:18], a1, rtol=0, atol=1e-10 * (1.0 + float(jnp.max(jnp.abs(a1)))))
+
+
+def test_large_batches_run_in_chunks_with_the_same_values(monkeypatch):
+    """A batch larger than ``batchlast.chunk_size`` runs in chunks (``lax.map``) of the batch-last
+    kernels, the remainder included: the same values as one state at a time."""
+    from jaxmech import batchlast
+
+    mech = load("stewart")
+    monkeypatch.setattr(batchlast, "CHUNK_BUDGET", 64 * (mech.nb + mech.nv + mech.n_rows))
+    assert batchlast.chunk_size(mech) == 64
+    n = 150  # two chunks of 64 and a remainder of 22
+    Q = jnp.asarray(random_configurations(mech, n, 4, 0.3))
+    V, T = normal(5, (n, mech.nv)), normal(6, (n, mech.nv))
+    chunked = jm.jit(jax.vmap(lambda q, v, t: jm.forward_dynamics(mech, q, v, t).a))(Q, V, T)
+    for i in (0, 63, 64, 140, 149):
+        one = jm.forward_dynamics(mech, Q[i], V[i], T[i]).a
+        np.testing.assert_allclose(chunked[i], one, rtol=0, atol=1e-11 * (1.0 + float(jnp.max(jnp.abs(one)))))
