@@ -367,16 +367,23 @@ def closure_residual_and_jacobian(mech: Mechanism, QT, with_jac: bool = True):
 
 
 CHUNK_BUDGET = 1 << 17
-"""Lanes x (bodies + speeds + rows) per batch-last call: larger batches run in chunks of that many
-states (``jax.lax.map``), so a chunk's intermediates stay in the caches. 48 four-bars side by side
-(144 bodies), forward kinematics: 17.3 us per state in one batch of 1,024 against 5.6 in chunks of
-128 (``benchmarks/PROFILE.md``, session 35)."""
+"""Lanes x (bodies + speeds + rows) per batch-last call, for wide models: their larger batches run
+in chunks of that many states (``jax.lax.map``), so a chunk's intermediates stay in the caches. 48
+four-bars side by side (144 bodies, 528 wide: chunks of 128), forward dynamics at batch 1,024:
+64 us per state (62x one four-bar) against 102 in chunks of 256; forward kinematics 17.3 in one
+batch against 5.6. A model narrow enough for chunks of :data:`CHUNK_MIN_UNCHUNKED` or more states
+is not chunked: the stacked outputs cost one more copy (the Stewart's closure rows at batch 4,096:
+3.4 us per state in one batch, 4.9 in chunks of 2,048); ``benchmarks/PROFILE.md``, session 35."""
+
+CHUNK_MIN_UNCHUNKED = 1024
 
 
-def chunk_size(mech: Mechanism) -> int:
-    """States per batch-last call for ``mech`` (a power of two, at least 64): see :data:`CHUNK_BUDGET`."""
+def chunk_size(mech: Mechanism) -> int | None:
+    """States per batch-last call for ``mech`` (a power of two, at least 64), or None when the
+    model is narrow enough to run any batch at once (see :data:`CHUNK_BUDGET`)."""
     width = mech.nb + mech.nv + mech.n_rows
-    return max(64, 1 << int(np.log2(max(CHUNK_BUDGET // max(width, 1), 1))))
+    lanes = 1 << int(np.log2(max(CHUNK_BUDGET // max(width, 1), 1)))
+    return max(64, lanes) if lanes < CHUNK_MIN_UNCHUNKED else None
 
 
 def batched(ref, fast):
@@ -396,7 +403,7 @@ def batched(ref, fast):
         if any(jax.tree.leaves(mech_b)) or not all(xs_b):  # the per-state code, vmapped
             axes = (jax.tree.map(lambda b: 0 if b else None, mech_b),) + tuple(0 if b else None for b in xs_b)
             out = jax.vmap(ref, in_axes=axes, axis_size=axis_size)(mech, *xs)
-        elif axis_size > chunk_size(mech):  # chunks of the batch: vmap of each comes back here
+        elif chunk_size(mech) is not None and axis_size > chunk_size(mech):  # chunks: each comes back here
             out = jax.lax.map(lambda x: one(mech, *x), xs, batch_size=chunk_size(mech))
         else:
             out = fast(mech, *(jnp.moveaxis(x, 0, -1) for x in xs))
