@@ -76,6 +76,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--core", type=int, default=0, help="pin to this core (-1: no pinning)")
+    ap.add_argument("--out", default="growth", help="JSON name under benchmarks/results/, or a path")
     add_reuse_flag(ap)
     a = ap.parse_args(argv)
     pin_to_core(None if a.core < 0 else a.core)
@@ -128,7 +129,7 @@ def main(argv=None) -> dict:
         rows,
         "goal (issue 12): forward dynamics at N = 48 at most 60x N = 1",
     )
-    write_json("growth", out)
+    print(f"wrote {write_json(a.out, out)}")
     return out
 
 

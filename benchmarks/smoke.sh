@@ -16,6 +16,7 @@ SMOKE=(
   "benchmarks/rollout.py --quick --budget 150 --dtypes float64 --batch 4 --seconds 0.02 --examples stewart --out $OUT/rollout"
   "benchmarks/sysid.py --quick --n 256 --iterations 3 --out $OUT/sysid"
   "benchmarks/sysid_measured.py --quick --n-stewart 0 --out $OUT/sysid_measured"
+  "benchmarks/growth.py --n 1,2 --batch 8 --reps 1 --out $OUT/growth.json"
   "benchmarks/compare.py --tiny --ops fk,closure,fd,assemble,track,rollout --out $OUT/compare.json"
   "benchmarks/paper_robots.py --small --robots stewart,go2,panda --out $OUT/paper_robots.json"
   "benchmarks/run_all.py --budget 40 --what closure,fd --batch 1,8 --precision f64"
