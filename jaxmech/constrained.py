@@ -432,7 +432,12 @@ def _forward_dynamics(mech: Mechanism, q, v, tau, f_ext, support, E, options: Dy
         M, h, C, gamma = _terms_batched()(mech, q, v)
     else:
         M, h, C, gamma = _tree_and_closure_terms(mech, q, v, f_ext, f_ext_reference)
-    b = tau - h
+    return _dense_solve(mech, method, M, C, gamma, tau - h, mask, rtol, E)
+
+
+def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=None) -> ConstrainedDynamics:
+    """``method`` "kkt" or "projected" on the dense terms (``b = tau - h``)."""
+    dt = M.dtype
     rows = _Rows(C, gamma, mask, rtol)
     if method == "kkt":
         a, lam_s = _kkt_dense(M, rows, b)
@@ -459,6 +464,23 @@ def _forward_dynamics(mech: Mechanism, q, v, tau, f_ext, support, E, options: Dy
     if rows.k:
         lam = rows.scatter(lapack.cho_solve(Lg, rows.Cs @ (M @ a - b)))
     return _finish(rows, rows.C, rows.gamma, a, lam)
+
+
+def dynamics_and_mass(mech: Mechanism, q, v, tau, method: str = "auto"):
+    """``(forward_dynamics(mech, q, v, tau, method=method), M)`` with the mass matrix ``M`` (nv, nv)
+    the dense solve factorized (the rollout's velocity projection reuses it instead of running
+    CRBA again; batched, both come from one batch-last pass). With the per-component solve there
+    is no dense ``M``: it comes from :func:`jaxmech.crba`."""
+    from .dynamics import crba
+
+    if method == "auto":
+        method = default_method(mech)
+    if method == "kkt_blocks":
+        return forward_dynamics(mech, q, v, tau, method=method), crba(mech, q)
+    dt = q.dtype
+    M, h, C, gamma = _terms_batched()(mech, q, v)
+    mask = jnp.ones(mech.n_rows, dt)
+    return _dense_solve(mech, method, M, C, gamma, tau - h, mask, _default_rtol(dt)), M
 
 
 # the compiled path eager calls take, and the functions as written (as on every entry function)

@@ -247,9 +247,12 @@ def step_with_info(
     tau = generalized_force(mech, q, control, actuation)
     if not (isinstance(limit_stiffness, float | int) and limit_stiffness == 0):
         tau = tau + limit_force(mech, q, v, limit_stiffness, limit_damping)
+    M = None
     if integrator == "euler":
-        a = _accel(mech, q, v, tau, method)
-        v1 = v + dt * a
+        from .constrained import dynamics_and_mass
+
+        res, M = dynamics_and_mass(mech, q, v, tau, method)  # M: the metric of the velocity projection
+        v1 = v + dt * res.a
         q1 = integrate(mech, q, v1, dt)
     elif integrator == "rk4":
         # classical RK4 in the exponential chart at q; tau held over the step (zero-order hold)
@@ -274,7 +277,8 @@ def step_with_info(
     else:
         raise ValueError(f"integrator must be 'euler' or 'rk4', got {integrator!r}")
     q1 = project_position(mech, q1, projection_iters, chord=True)
-    M = crba(mech, q)  # metric of the velocity projection (shared with the dynamics under jit)
+    if M is None:
+        M = crba(mech, q)  # metric of the velocity projection
     if mech.n_rows:
         r, C = closure_residual_and_jacobian(mech, q1)
         v1 = project_velocity(mech, C, M, v1)
