@@ -125,12 +125,17 @@ def test_float32_model_computes_in_float32():
 
     mech = cast(load("stewart"), jnp.float32)
     QT = jnp.tile(jnp.asarray(load("stewart").q0, jnp.float32)[:, None], (1, 4))  # the file's closed pose
-    R, p = batchlast.local_poses(mech, QT)
-    Re, pe = batchlast.world_poses(mech, R, p)
-    assert {R.dtype, p.dtype, Re.dtype, pe.dtype} == {jnp.dtype(jnp.float32)}
-    assert batchlast.world_columns(mech, Re, pe, QT).dtype == jnp.float32
+
+    @jm.jit
+    def kernels(m, QT):
+        R, p = batchlast.local_poses(m, QT)
+        Re, pe = batchlast.world_poses(m, R, p)
+        return R, p, Re, pe, batchlast.world_columns(m, Re, pe, QT)
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the scatter's dtype warning fails the test
+        out = kernels(mech, QT)
         r, J = jm.jit(jax.vmap(jm.closure_residual_and_jacobian, (None, 0)))(mech, QT.T)
+    assert {x.dtype for x in out} == {jnp.dtype(jnp.float32)}
     assert r.dtype == J.dtype == jnp.float32
     assert float(jnp.max(jnp.abs(r))) < 1e-3  # closed to float32 rounding
