@@ -71,14 +71,6 @@ def _per_body(mech: Mechanism, x):
     return jnp.zeros((mech.nb,) + x.shape[1:], x.dtype).at[np.asarray(mech.topo.v_body)].add(x)
 
 
-def _to_batch_first(x):
-    """(..., B) -> (B, ...) by one 2-D transpose."""
-    return x.reshape(-1, x.shape[-1]).T.reshape((x.shape[-1],) + x.shape[:-1])
-
-
-# ----------------------------------------------------------------------------- tree terms
-
-
 def _joint_bias_world(mech: Mechanism, Re, pe, QT, VT):
     """World ``Ad_T (Sdot v)`` per body (nb, 6, B), or None when every joint has at most one moving
     factor (then it is zero: :func:`jaxmech.curvature.joint_bias`)."""
