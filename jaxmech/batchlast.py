@@ -270,9 +270,10 @@ def _group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
     """Cut frames A, B in the world, ``Delta = A^-1 B`` as (R (n, 3, 3, B), p (n, 3, B)), and the
     signed world motion columns of each loop's path, ``x`` (n, m, 6, B) (None without ``cols``).
     Returns ``(DR, Dp, RA, pA, RB, pB, x)``."""
-    topo, nb, dt = mech.topo, mech.nb, Re.dtype
-    lb = np.array([topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)
-    ba, bb = np.where(lb[:, 0] < 0, nb, lb[:, 0]), np.where(lb[:, 1] < 0, nb, lb[:, 1])
+    topo, dt = mech.topo, Re.dtype
+    from .closure import cut_bodies
+
+    ba, bb = cut_bodies(mech, g)
     Ca, Cb = mech.cut_pose_a[g.param_index].astype(dt), mech.cut_pose_b[g.param_index].astype(dt)
     RA, pA = mm3(Re[ba], _c(Ca[:, :3, :3])), mv3(Re[ba], _c(Ca[:, :3, 3])) + pe[ba]
     RB, pB = mm3(Re[bb], _c(Cb[:, :3, :3])), mv3(Re[bb], _c(Cb[:, :3, 3])) + pe[bb]

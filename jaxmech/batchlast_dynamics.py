@@ -171,9 +171,10 @@ def _mass_matrix(mech: Mechanism, I_w, cols, B: int):
 def _closure_values(mech: Mechanism, Re, pe, cols, V, Ab, B: int):
     """The groups' Jacobian rows on their path dofs (one (n * r * m, B) array per group, the order
     of :func:`jaxmech.closure._jacobian_targets`) and ``gamma`` (s, B)."""
+    from .closure import cut_bodies
     from .lie import make_pose
 
-    topo, dt, nb = mech.topo, Re.dtype, mech.nb
+    topo, dt = mech.topo, Re.dtype
     Re, pe = bl.with_world(Re, pe)
     z = jnp.zeros((1, 6, B), dt)
     Ve, Abe = jnp.concatenate([V, z], 0), jnp.concatenate([Ab, z], 0)
@@ -183,8 +184,7 @@ def _closure_values(mech: Mechanism, Re, pe, cols, V, Ab, B: int):
         _, j = bl._rows(mech, g, terms, True)
         vals.append(j.reshape(-1, B))
         DR, Dp, RA, pA = terms[:4]
-        lb = np.array([topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)
-        ba, bb = np.where(lb[:, 0] < 0, nb, lb[:, 0]), np.where(lb[:, 1] < 0, nb, lb[:, 1])
+        ba, bb = cut_bodies(mech, g)
         dV = Ve[bb] - Ve[ba]
         w = _to_local(RA, pA, dV)
         wb = _to_local(RA, pA, Abe[bb] - Abe[ba] - _ad(Ve[ba], dV))

@@ -188,6 +188,13 @@ def closure_rows(mech: Mechanism, loops=None) -> np.ndarray:
     return np.concatenate(idx) if idx else np.zeros(0, dtype=int)
 
 
+def cut_bodies(mech: Mechanism, g: LoopGroup) -> tuple[np.ndarray, np.ndarray]:
+    """Static body slots (n,) carrying cut frames A and B of a group's loops (``nb``: the world)."""
+    nb = mech.nb
+    lb = np.array([mech.topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)
+    return np.where(lb[:, 0] < 0, nb, lb[:, 0]), np.where(lb[:, 1] < 0, nb, lb[:, 1])
+
+
 def _world_group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
     """``(Delta, W, (RA, pA), (ba, bb))`` of a loop group from one world-frame tree pass.
 
@@ -196,10 +203,9 @@ def _world_group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
     ``pA`` (n, 3) world pose of cut frame A; ``ba``, ``bb`` (n,) static body slots. ``Re`` /
     ``pe``: world body poses with the world appended (slot nb). Same values as
     a path product per loop, with one tree pass shared by all loops."""
-    topo, nb = mech.topo, mech.nb
+    topo = mech.topo
     dt = Re.dtype
-    lb = np.array([topo.loop_bodies[li] for li in g.loop_id], dtype=int).reshape(-1, 2)
-    ba, bb = np.where(lb[:, 0] < 0, nb, lb[:, 0]), np.where(lb[:, 1] < 0, nb, lb[:, 1])
+    ba, bb = cut_bodies(mech, g)
     Ca, Cb = mech.cut_pose_a[g.param_index].astype(dt), mech.cut_pose_b[g.param_index].astype(dt)
     RA, pA = mm3(Re[ba], Ca[:, :3, :3]), mv3(Re[ba], Ca[:, :3, 3]) + pe[ba]
     RB, pB = mm3(Re[bb], Cb[:, :3, :3]), mv3(Re[bb], Cb[:, :3, 3]) + pe[bb]
