@@ -47,25 +47,23 @@ def joint_values(mech: Mechanism, q: jnp.ndarray):
 
 @jax.jit
 def mv3(R, x):
-    """``R x`` for (..., 3, 3), (..., 3), written out (fuses; XLA's CPU backend runs a batched
-    tiny ``dot`` several times slower than the elementwise form)."""
-    return R[..., :, 0] * x[..., 0, None] + R[..., :, 1] * x[..., 1, None] + R[..., :, 2] * x[..., 2, None]
+    """``R x`` for (..., 3, 3), (..., 3), as a broadcast product and a sum (XLA's CPU backend runs a
+    batched tiny ``dot`` several times slower). One product and one reduction instead of the three
+    written-out terms: a third of the primitives, so programs with many frame products (gradients
+    above all) trace and compile faster and run no slower (``benchmarks/PROFILE.md``, session 37)."""
+    return (R * x[..., None, :]).sum(-1)
 
 
 @jax.jit
 def mtv3(R, x):
-    """``R^T x`` for (..., 3, 3), (..., 3), written out."""
-    return R[..., 0, :] * x[..., 0, None] + R[..., 1, :] * x[..., 1, None] + R[..., 2, :] * x[..., 2, None]
+    """``R^T x`` for (..., 3, 3), (..., 3), as a broadcast product and a sum (see :func:`mv3`)."""
+    return (R * x[..., :, None]).sum(-2)
 
 
 @jax.jit
 def mm3(A, B):
-    """``A @ B`` for (..., 3, 3) matrices, written out."""
-    return (
-        A[..., :, 0, None] * B[..., None, 0, :]
-        + A[..., :, 1, None] * B[..., None, 1, :]
-        + A[..., :, 2, None] * B[..., None, 2, :]
-    )
+    """``A @ B`` for (..., 3, 3) matrices, as a broadcast product and a sum (see :func:`mv3`)."""
+    return (A[..., :, :, None] * B[..., None, :, :]).sum(-2)
 
 
 def materialize(*xs):

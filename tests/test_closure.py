@@ -261,7 +261,8 @@ def test_cycle_local_evaluation(zoo, subset):
     for q, ((r, J), _) in list(zip(zoo["qs"], zoo["evals"], strict=True))[:4]:
         rs, Js = f(mech, q)
         assert rs.shape == (len(rows),) and Js.shape == (len(rows), mech.nv)
-        np.testing.assert_array_equal(np.asarray(rs), np.asarray(r)[rows])
+        # a different XLA program from the full evaluation: equal up to the order of its sums
+        np.testing.assert_allclose(np.asarray(rs), np.asarray(r)[rows], atol=1e-15, rtol=0)
         np.testing.assert_allclose(np.asarray(Js), np.asarray(J)[rows], atol=1e-15, rtol=0)
 
 
