@@ -279,9 +279,11 @@ def test_forward_dynamics_gradients_vs_finite_differences(cfg):
 
     @jm.jit
     def derivs(mech, q, v, tau):
-        """Forward and reverse mode in one compiled program."""
+        """Forward and reverse mode in one compiled program, from one linearization (reverse mode
+        is its transpose, as in ``jax.grad``; a jvp and a grad compiled the forward pass twice)."""
         along = lambda eps: jm.forward_dynamics(*perturbed(eps)).a  # noqa: E731
-        return jax.jvp(along, (jnp.zeros(()),), (jnp.ones(()),))[1], jax.grad(lambda e: w @ along(e))(0.0)
+        _, lin = jax.linearize(along, jnp.zeros(()))
+        return lin(jnp.ones(())), jax.linear_transpose(lin, jnp.zeros(()))(w)[0]
 
     jvp, g = derivs(mech, q, v, tau)
     # central differences through the module's batched forward dynamics (the model is an argument)
