@@ -13,7 +13,9 @@ from _shared import normal, random_configurations
 
 import jaxmech as jm
 
-N_STATES = 8
+# 12, not 8: XLA:CPU's LLVM fully unrolls the batch loops of 4-10 states, and the vmapped rows of this
+# 7-loop model then compile in 11 s instead of 7 s (benchmarks/PROFILE.md, session 38).
+N_STATES = 12
 TYPES = ["weld", "point", "revolute", "universal", "prismatic", "cylindrical"]
 
 
