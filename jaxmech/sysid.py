@@ -61,7 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ._jit import filter_jit, jit
+from ._jit import filter_jit
 from .dynamics import rnea
 from .inertial import (  # noqa: F401  (re-exported: jaxmech.sysid.<name> stays valid)
     _U,
@@ -197,6 +197,50 @@ class SysIdResult(eqx.Module):
     mass_errors: np.ndarray
 
 
+_get_theta = filter_jit(get_theta)  # one program each, body names static
+_set_theta = filter_jit(set_theta)
+
+
+def _optimizer(optimizer: str, learning_rate, iterations: int):
+    if optimizer == "lbfgs":
+        return optax.lbfgs()
+    return optax.adam(optax.cosine_decay_schedule(learning_rate, iterations, alpha=0.05))
+
+
+def _loss(mech_guess, data, bodies, theta, sl):
+    """:func:`identify`'s loss: mean squared effort error over the samples ``sl``, each port's
+    error divided by its RMS effort over the whole dataset."""
+    scale = jnp.sqrt(jnp.mean(data.f**2, 0)) + 1e-12
+    m = set_theta(mech_guess, bodies, theta)
+    pred = jax.vmap(lambda q, v, a, E: port_inverse_dynamics(m, q, v, a, E))(
+        data.q[sl], data.v[sl], data.a[sl], data.Ep[sl]
+    )
+    return jnp.mean(((pred - data.f[sl]) / scale) ** 2)
+
+
+@filter_jit
+def _full_loss(mech_guess, data, bodies, theta):
+    return _loss(mech_guess, data, bodies, theta, jnp.arange(data.q.shape[0]))
+
+
+@filter_jit
+def _update(mech_guess, data, theta, ost, k, bodies, optimizer, learning_rate, iterations, batch_size):
+    """One optimizer step of :func:`identify`. The model and the data are arguments (not
+    constants of a program built per call), so one compiled program serves every call with the
+    same shapes and options; ``bodies``, the optimizer's name and settings are static."""
+    N = data.q.shape[0]
+    opt = _optimizer(optimizer, learning_rate, iterations)
+    full = lambda t: _loss(mech_guess, data, bodies, t, jnp.arange(N))  # noqa: E731
+    if optimizer == "lbfgs":
+        val, g = optax.value_and_grad_from_state(full)(theta, state=ost)
+        upd, ost = opt.update(g, ost, theta, value=val, grad=g, value_fn=full)
+    else:
+        sl = jnp.arange(N) if batch_size is None else jax.random.choice(k, N, (batch_size,), replace=False)
+        val, g = jax.value_and_grad(lambda t: _loss(mech_guess, data, bodies, t, sl))(theta)
+        upd, ost = opt.update(g, ost, theta)
+    return optax.apply_updates(theta, upd), ost, val
+
+
 def identify(
     mech_guess: Mechanism,
     data: Dataset,
@@ -219,41 +263,20 @@ def identify(
     its poorly scaled directions). ``"adam"``: ``optax.adam`` with a cosine-decayed
     ``learning_rate``, optionally on random minibatches of ``batch_size`` samples. ``reference``
     (the true model, for tests/demos) only records the mass-error history."""
-    theta0 = get_theta(mech_guess, bodies)
-    scale = jnp.sqrt(jnp.mean(data.f**2, 0)) + 1e-12
-    idx = body_indices(mech_guess, bodies)
-    N = data.q.shape[0]
-
-    def loss_fn(theta, sl):
-        m = set_theta(mech_guess, bodies, theta)
-        pred = jax.vmap(lambda q, v, a, E: port_inverse_dynamics(m, q, v, a, E))(
-            data.q[sl], data.v[sl], data.a[sl], data.Ep[sl]
-        )
-        return jnp.mean(((pred - data.f[sl]) / scale) ** 2)
-
-    full = lambda t: loss_fn(t, jnp.arange(N))  # noqa: E731
-    if optimizer == "lbfgs":
-        opt = optax.lbfgs()
-        vg = optax.value_and_grad_from_state(full)
-
-        @jit
-        def update(theta, ost, k):
-            val, g = vg(theta, state=ost)
-            upd, ost = opt.update(g, ost, theta, value=val, grad=g, value_fn=full)
-            return optax.apply_updates(theta, upd), ost, val
-
-    elif optimizer == "adam":
-        opt = optax.adam(optax.cosine_decay_schedule(learning_rate, iterations, alpha=0.05))
-
-        @jit
-        def update(theta, ost, k):
-            sl = jnp.arange(N) if batch_size is None else jax.random.choice(k, N, (batch_size,), replace=False)
-            val, g = jax.value_and_grad(loss_fn)(theta, sl)
-            upd, ost = opt.update(g, ost, theta)
-            return optax.apply_updates(theta, upd), ost, val
-
-    else:
+    if optimizer not in ("lbfgs", "adam"):
         raise ValueError(f"optimizer must be 'lbfgs' or 'adam', got {optimizer!r}")
+    bodies = tuple(bodies)
+    theta0 = _get_theta(mech_guess, bodies)
+    idx = body_indices(mech_guess, bodies)
+    opt = _optimizer(optimizer, learning_rate, iterations)
+
+    # L-BFGS uses neither the learning rate nor the length: keep them out of its program's key
+    settings = (
+        (optimizer, learning_rate, iterations, batch_size) if optimizer == "adam" else ("lbfgs", None, None, None)
+    )
+
+    def update(theta, ost, k):
+        return _update(mech_guess, data, theta, ost, k, bodies, *settings)
 
     m_true = None if reference is None else np.asarray(reference.mass)[idx]
     theta, ost = theta0, opt.init(theta0)
@@ -273,15 +296,21 @@ def identify(
         if callback is not None:
             callback(it, losses[-1])
         theta = theta_new
-    losses.append(float(jit(full)(theta)))
+    losses.append(float(_full_loss(mech_guess, data, bodies, theta)))
     if m_true is not None:
         errs.append(np.abs(np.asarray(theta_to_inertial_batch(theta)) - m_true) / m_true)
-    return SysIdResult(set_theta(mech_guess, bodies, theta), theta, np.asarray(losses), np.asarray(errs))
+    mech = _set_theta(mech_guess, bodies, theta)
+    return SysIdResult(mech, theta, np.asarray(losses), np.asarray(errs))
 
 
 def perturb(mech: Mechanism, bodies, key, rel: float = 0.3) -> Mechanism:
     """A wrong initial guess: masses and inertias scaled by ``exp(U(-rel, rel))``, COMs shifted
-    by ``rel`` times 5 cm (uniform). Stays physical."""
+    by ``rel`` times 5 cm (uniform). Stays physical. One compiled program (body names static)."""
+    return _perturb(mech, tuple(bodies), key, rel)
+
+
+@filter_jit
+def _perturb(mech: Mechanism, bodies: tuple, key, rel) -> Mechanism:
     idx = body_indices(mech, bodies)
     k1, k2, k3 = jax.random.split(key, 3)
     n = idx.size

@@ -38,9 +38,10 @@ def _with_phi(mech, phi):
     return eqx.tree_at(lambda k: (k.mass, k.com, k.inertia), mech, (m, c, I))
 
 
-def _directions(mech, full, scaled):
+@filter_jit
+def _directions(mech, full: tuple, scaled: tuple):
     """Directions (p, nb, 10) in the standard parameters of all bodies: 10 unit vectors per
-    ``full`` body, the body's own phi per ``scaled`` body."""
+    ``full`` body, the body's own phi per ``scaled`` body (body names static)."""
     nb = len(mech.body_names)
     phi0 = _all_phi(mech)
     D = []
@@ -73,6 +74,7 @@ def regressor(mech: Mechanism, data: Dataset, full=(), scaled=(), chunk: int = 4
     (other bodies, damping, armature). The efforts of a model with the ``full`` bodies at
     ``phi`` (nf, 10) and the ``scaled`` bodies scaled by ``k`` (ns,) are
     ``Y @ concat(phi.ravel(), k) + offset``, exactly (the map is linear in phi)."""
+    full, scaled = tuple(full), tuple(scaled)
     D = _directions(mech, full, scaled)
     N = data.q.shape[0]
     Ys, F0 = [], []
@@ -81,6 +83,13 @@ def regressor(mech: Mechanism, data: Dataset, full=(), scaled=(), chunk: int = 4
         Y, f0 = _regressor_chunk(mech, D, data.q[sl], data.v[sl], data.a[sl], data.Ep[sl])
         Ys.append(Y)
         F0.append(f0)
+    return _stack_and_offset(mech, Ys, F0, full, scaled)
+
+
+@filter_jit
+def _stack_and_offset(mech, Ys: list, F0: list, full: tuple, scaled: tuple):
+    """:func:`regressor`'s chunks joined, and the offset: the efforts less the regressor's part at
+    the model's own coefficients (one program; eagerly these ops compiled one by one)."""
     Y, F0 = jnp.concatenate(Ys, 0), jnp.concatenate(F0, 0)
     phi0 = _all_phi(mech)
     x0 = jnp.concatenate([phi0[body_indices(mech, full)].reshape(-1), jnp.ones(len(scaled), phi0.dtype)])
@@ -137,42 +146,23 @@ def identify_regressor(
     import time
 
     t0 = time.perf_counter()
+    if optimizer not in ("lbfgs", "adam", "adam+lbfgs"):
+        raise ValueError(f"optimizer must be 'lbfgs', 'adam' or 'adam+lbfgs', got {optimizer!r}")
     full, scaled = tuple(full), tuple(scaled)
-    nf, ns = len(full), len(scaled)
+    nf = len(full)
     Y, off = regressor(mech_guess, data, full, scaled) if Y is None else Y
     N, npt, p = Y.shape
-    z0 = jnp.concatenate([get_theta(mech_guess, full).reshape(-1), jnp.zeros(ns, Y.dtype)])
-    idx_s = body_indices(mech_guess, scaled)
-    m_s = jnp.asarray(mech_guess.mass)[idx_s]
+    z0, m_s = _start(mech_guess, full, scaled)
     R, b, res0, Lt = _reduced_system(Y, data.f, off, z0, nf)
     n_res = N * npt
-
-    def coeffs(z):
-        return _coeffs(z, nf)
-
-    def masses(z):
-        c = coeffs(z)
-        return jnp.concatenate([c[: 10 * nf : 10], c[10 * nf :] * m_s])
-
-    to_z = lambda w: z0 + jax.scipy.linalg.solve_triangular(Lt, w, lower=False)  # noqa: E731
-
-    def loss(w):
-        r = R @ coeffs(to_z(w)) - b
-        return (jnp.dot(r, r) + res0) / n_res
-
-    w, losses, hist = _descend(
-        loss, lambda w: masses(to_z(w)), jnp.zeros_like(z0), iterations, optimizer, learning_rate, adam_iterations
+    if optimizer == "lbfgs":  # neither setting reaches its program: keep them out of its key
+        learning_rate = adam_iterations = None
+    z, losses, hist = _fit(
+        R, b, res0, Lt, z0, m_s, jnp.asarray(n_res, Y.dtype), nf, iterations, optimizer, learning_rate, adam_iterations
     )
-    z = to_z(w)
     losses = np.asarray(losses)
     hist = np.asarray(hist)
-    theta, log_scale = z[: 10 * nf].reshape(nf, 10), z[10 * nf :]
-    mech = set_theta(mech_guess, full, theta) if nf else mech_guess
-    if ns:
-        m, c, I = jit(jax.vmap(scaled_inertial))(log_scale, mech.mass[idx_s], mech.com[idx_s], mech.inertia[idx_s])
-        mech = eqx.tree_at(
-            lambda k: (k.mass, k.inertia), mech, (mech.mass.at[idx_s].set(m), mech.inertia.at[idx_s].set(I))
-        )
+    mech, theta, log_scale = _identified(mech_guess, z, full, scaled)
     # predicted standard deviations of the masses (linear model around the optimum)
     sigma2 = float(losses[-1]) * n_res / max(n_res - p, 1)
     Rinv = np.linalg.inv(np.asarray(R))
@@ -186,6 +176,31 @@ def identify_regressor(
     return RegressorSysIdResult(
         mech, theta, log_scale, bodies, losses, hist, errs, sd, time.perf_counter() - t0, iterations
     )
+
+
+@filter_jit
+def _start(mech_guess, full: tuple, scaled: tuple):
+    """:func:`identify_regressor`'s starting point ``z0`` (the guess's log-Cholesky parameters,
+    zero log-scales) and the guess's masses of the ``scaled`` bodies."""
+    theta = get_theta(mech_guess, full).reshape(-1)
+    z0 = jnp.concatenate([theta, jnp.zeros(len(scaled), mech_guess.mass.dtype)])
+    return z0, mech_guess.mass[body_indices(mech_guess, scaled)]
+
+
+@filter_jit
+def _identified(mech_guess, z, full: tuple, scaled: tuple):
+    """The model at the fitted ``z``: ``full`` bodies set from their log-Cholesky parameters,
+    ``scaled`` ones scaled in mass and inertia; returns ``(mech, theta, log_scale)``."""
+    nf = len(full)
+    theta, log_scale = z[: 10 * nf].reshape(nf, 10), z[10 * nf :]
+    mech = set_theta(mech_guess, full, theta) if nf else mech_guess
+    if scaled:
+        idx_s = body_indices(mech, scaled)
+        m, _, I = jax.vmap(scaled_inertial)(log_scale, mech.mass[idx_s], mech.com[idx_s], mech.inertia[idx_s])
+        mech = eqx.tree_at(
+            lambda k: (k.mass, k.inertia), mech, (mech.mass.at[idx_s].set(m), mech.inertia.at[idx_s].set(I))
+        )
+    return mech, theta, log_scale
 
 
 def _coeffs(z, nf: int):
@@ -216,11 +231,35 @@ def _reduced_system(Y, f, off, z0, nf: int):
     return R, b, res0, jnp.linalg.cholesky(H).T
 
 
+@partial(jit, static_argnames=("nf", "iterations", "optimizer", "learning_rate", "adam_iterations"))
+def _fit(R, b, res0, Lt, z0, m_s, n_res, nf, iterations, optimizer, learning_rate, adam_iterations):
+    """The descent of :func:`identify_regressor` as one compiled program, defined once: the
+    reduced system and the starting point are arguments, so repeated fits with the same sizes
+    and options reuse it (it was a fresh ``jit`` of a closure per call, recompiled every time).
+    Returns ``z`` and the loss and mass histories."""
+
+    def coeffs(z):
+        return _coeffs(z, nf)
+
+    def masses(z):
+        c = coeffs(z)
+        return jnp.concatenate([c[: 10 * nf : 10], c[10 * nf :] * m_s])
+
+    to_z = lambda w: z0 + jax.scipy.linalg.solve_triangular(Lt, w, lower=False)  # noqa: E731
+
+    def loss(w):
+        r = R @ coeffs(to_z(w)) - b
+        return (jnp.dot(r, r) + res0) / n_res
+
+    w, losses, hist = _descend(
+        loss, lambda w: masses(to_z(w)), jnp.zeros_like(z0), iterations, optimizer, learning_rate, adam_iterations
+    )
+    return to_z(w), losses, hist
+
+
 def _descend(loss, masses, z0, iterations, optimizer, learning_rate, adam_iterations):
-    """Minimize ``loss`` from ``z0`` in one jitted ``lax.scan``; histories of the loss and of
-    ``masses`` at every incoming iterate, plus the final one."""
-    if optimizer not in ("lbfgs", "adam", "adam+lbfgs"):
-        raise ValueError(f"optimizer must be 'lbfgs', 'adam' or 'adam+lbfgs', got {optimizer!r}")
+    """Minimize ``loss`` from ``z0`` in one ``lax.scan`` (traced inside :func:`_fit`); histories
+    of the loss and of ``masses`` at every incoming iterate, plus the final one."""
 
     def run_lbfgs(z, n):
         opt = optax.lbfgs()
@@ -247,7 +286,6 @@ def _descend(loss, masses, z0, iterations, optimizer, learning_rate, adam_iterat
         (z, _), h = jax.lax.scan(step, (z, opt.init(z)), None, length=n)
         return z, h
 
-    @jit
     def run(z):
         if optimizer == "lbfgs":
             z, (ls, ms) = run_lbfgs(z, iterations)
@@ -265,7 +303,12 @@ def _descend(loss, masses, z0, iterations, optimizer, learning_rate, adam_iterat
 
 def perturb_density(mech: Mechanism, bodies, key, rel: float = 0.3) -> Mechanism:
     """A wrong guess of known geometry: each body's mass and inertia scaled by the same factor
-    ``exp(U(-rel, rel))`` (COM unchanged), i.e. a wrong material density."""
+    ``exp(U(-rel, rel))`` (COM unchanged), i.e. a wrong material density. One compiled program."""
+    return _perturb_density(mech, tuple(bodies), key, rel)
+
+
+@filter_jit
+def _perturb_density(mech: Mechanism, bodies: tuple, key, rel) -> Mechanism:
     idx = body_indices(mech, bodies)
     s = jnp.exp(jax.random.uniform(key, (idx.size,), minval=-rel, maxval=rel))
     return eqx.tree_at(

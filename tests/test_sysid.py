@@ -1,6 +1,8 @@
 """System identification: physically consistent parametrizations, the exact inverse-dynamics
 regressor, and recovery of the Stewart platform's masses through the constrained dynamics."""
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -123,6 +125,25 @@ def test_identify_regressor_noise_free_every_body(stewart, excited):
         excited.q, excited.v, excited.a, excited.Ep
     )
     np.testing.assert_allclose(np.asarray(f), np.asarray(excited.f), atol=1e-7)
+
+
+def test_repeated_fits_compile_nothing(stewart, excited, caplog):
+    """A second identify / identify_regressor call with the same sizes and settings compiles
+    nothing, for another starting model too: the model and the data are arguments of programs
+    defined once (each call used to build, and compile, its own closure over them)."""
+    guess, full, scaled = _guess(stewart)
+    Y = sysid.regressor(guess, excited, full, scaled)
+    fit = lambda g: sysid.identify_regressor(g, excited, full, scaled, iterations=60, Y=Y)  # noqa: E731
+    ident = lambda g: sysid.identify(g, excited, FIT, iterations=30)  # noqa: E731
+    first, first_id = fit(guess), ident(guess)
+    other = sysid.perturb_density(guess, scaled, jax.random.PRNGKey(7), 0.1)
+    caplog.clear()
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        again, other_id = fit(guess), ident(other)
+    compiled = [r.getMessage().splitlines()[0] for r in caplog.records if "ompil" in r.getMessage()]
+    assert compiled == [], compiled
+    np.testing.assert_array_equal(np.asarray(again.theta), np.asarray(first.theta))
+    assert not np.array_equal(np.asarray(other_id.theta), np.asarray(first_id.theta))
 
 
 def test_identify_recovers_masses_noise_free(stewart, excited):
