@@ -281,25 +281,48 @@ def _fk_batched():
     return batchlast.batched(_fk_one, batchlast.forward_kinematics)
 
 
-def _frame_lookup(mech: Mechanism, name: str):
+def _frame_slot(mech: Mechanism, name: str) -> tuple[int, int]:
+    """``(body, slot)`` of a named frame, site or body: the body it moves with (-1 for the world)
+    and its row in :func:`_frame_offsets` (its pose in that body; the last row, the identity, for a
+    body's own frame and the world)."""
     topo = mech.topo
     if name in topo.frame_names:
         k = topo.frame_names.index(name)
-        return int(topo.frame_body[k]), mech.frame_pose[k]
+        return int(topo.frame_body[k]), k
     if name in topo.body_names:
-        return topo.body_names.index(name), jnp.eye(4)
+        return topo.body_names.index(name), len(topo.frame_names)
     if name == "world":
-        return -1, jnp.eye(4)
+        return -1, len(topo.frame_names)
     raise KeyError(f"{mech.name}: unknown frame or body '{name}' (frames: {', '.join(topo.frame_names) or 'none'})")
 
 
-@entry(static_argnames=("name",))
+def _frame_offsets(mech: Mechanism) -> jnp.ndarray:
+    """(nf + 1, 4, 4): every named frame's pose in its body, then the identity."""
+    fp = mech.frame_pose
+    return jnp.concatenate([fp, jnp.eye(4, dtype=fp.dtype)[None]], 0)
+
+
+def _frame_lookup(mech: Mechanism, name: str):
+    """``(body, pose in that body)`` of a named frame, site or body (body -1: the world)."""
+    b, k = _frame_slot(mech, name)
+    return b, (mech.frame_pose[k] if k < len(mech.topo.frame_names) else jnp.eye(4))
+
+
 def frame_pose(mech: Mechanism, q: jnp.ndarray, name: str) -> jnp.ndarray:
-    """World pose (4, 4) of a named frame, site or body."""
-    b, X = _frame_lookup(mech, name)
+    """World pose (4, 4) of a named frame, site or body.
+
+    The name is resolved here; the compiled program behind eager calls takes the body and frame
+    indices as arguments, so every frame of a model shares one compilation."""
+    b, k = _frame_slot(mech, name)
     if b < 0:
-        return X
-    return _mm4(forward_kinematics(mech, q)[b], X)
+        return jnp.eye(4)
+    return _frame_pose_at(mech, q, b, k)
+
+
+@entry()
+def _frame_pose_at(mech: Mechanism, q: jnp.ndarray, b, k) -> jnp.ndarray:
+    """:func:`frame_pose` of body ``b`` and frame slot ``k`` (ints; traced in the eager program)."""
+    return _mm4(forward_kinematics(mech, q)[b], _frame_offsets(mech)[k])
 
 
 def twist_to_world(R, p, x):
@@ -330,28 +353,37 @@ def motion_columns(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     return S[mech.topo.v_body, :, mech.topo.v_col]
 
 
-@entry(static_argnames=("name", "reference"))
+_REFERENCES = ("local", "world", "world_aligned")
+
+
 def frame_jacobian(mech: Mechanism, q: jnp.ndarray, name: str, reference: str = "local") -> jnp.ndarray:
     """Jacobian (6, nv) of a named frame's twist, angular-first.
 
     ``reference="local"``: body twist of the frame (expressed in the frame);
     ``"world"``: spatial twist in the world frame; ``"world_aligned"``: the frame origin's
-    angular and linear velocity in world axes (Pinocchio's LOCAL_WORLD_ALIGNED)."""
-    b, X = _frame_lookup(mech, name)
+    angular and linear velocity in world axes (Pinocchio's LOCAL_WORLD_ALIGNED). As in
+    :func:`frame_pose`, every frame of a model shares one compiled program per ``reference``."""
+    if reference not in _REFERENCES:
+        raise ValueError(f"reference must be 'local', 'world' or 'world_aligned', got {reference!r}")
+    b, k = _frame_slot(mech, name)
     if b < 0:
-        return jnp.zeros((6, mech.nv), q.dtype)
+        return jnp.zeros((6, mech.nv), jnp.asarray(q).dtype)
+    return _frame_jacobian_at(mech, q, b, k, reference)
+
+
+@entry(static_argnames=("reference",))
+def _frame_jacobian_at(mech: Mechanism, q: jnp.ndarray, b, k, reference: str) -> jnp.ndarray:
+    """:func:`frame_jacobian` of body ``b`` and frame slot ``k`` (ints; traced in the eager program)."""
     R, p, cols = _poses_and_columns(mech, q)  # world spatial twists of the coordinates
-    cols = cols * jnp.asarray(mech.topo.ancestor[b], cols.dtype)[:, None]
+    cols = cols * jnp.asarray(mech.topo.ancestor, cols.dtype)[b][:, None]
     Jw = cols.T  # (6, nv) world spatial
-    Tf = lie.make_pose(R[b], p[b]) @ X
+    Tf = lie.make_pose(R[b], p[b]) @ _frame_offsets(mech)[k]
     if reference == "world":
         return Jw
     if reference == "local":
         return lie.adjoint(lie.se3_inv(Tf)) @ Jw
-    if reference == "world_aligned":
-        p = Tf[:3, 3]
-        return jnp.concatenate([Jw[:3], Jw[3:] - lie.hat(p) @ Jw[:3]], 0)
-    raise ValueError(f"reference must be 'local', 'world' or 'world_aligned', got {reference!r}")
+    p = Tf[:3, 3]  # "world_aligned"
+    return jnp.concatenate([Jw[:3], Jw[3:] - lie.hat(p) @ Jw[:3]], 0)
 
 
 # ----------------------------------------------------------------------------- integrate

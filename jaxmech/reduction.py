@@ -329,10 +329,9 @@ def acceleration_lift(
 # ----------------------------------------------------------------------------- task maps
 
 
-@entry(static_argnames=("frame", "reference"))
 def task_jacobian(mech: Mechanism, q: jnp.ndarray, frame: str, E: jnp.ndarray, reference: str = "local"):
     """Reduced task Jacobian ``J_x E`` (6, d) of a named frame (``reference`` as in
-    :func:`jaxmech.frame_jacobian`)."""
+    :func:`jaxmech.frame_jacobian`, whose one compiled program per model serves every frame)."""
     return frame_jacobian(mech, q, frame, reference) @ E
 
 

@@ -8,6 +8,8 @@ and the universal / cylindrical joints are composed there from revolute and pris
 
 from __future__ import annotations
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -172,6 +174,37 @@ def test_frame_jacobian_vs_pinocchio(chain, ref, pref):
         Jpb = pin.computeFrameJacobian(model, data, qp, chain["body_frames"][3], pin.LOCAL)
         np.testing.assert_allclose(Jb, SWAP @ Jpb @ P, atol=1e-11)
         assert np.all(Jb[:, mech.v_slice("j4").start :] == 0.0)
+
+
+def test_eager_frame_queries_compile_once_per_model(chain, caplog):
+    """Eager ``frame_pose`` / ``frame_jacobian`` / ``task_jacobian`` resolve the name before the
+    compiled program, so another frame or body of the same model compiles nothing (each name used
+    to compile its own program), and the values are those of the functions run as written."""
+    mech = chain["mech"]
+    q = jnp.asarray(_states(mech, 1)[0])
+    E = jnp.eye(mech.nv)[:, :2]
+    jm.frame_pose(mech, q, "tool"), jm.frame_jacobian(mech, q, "tool", "world_aligned")
+    jm.task_jacobian(mech, q, "tool", E, "world_aligned")
+    other = mech.body_names[-2]
+    caplog.clear()
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        T = jm.frame_pose(mech, q, other)
+        J = jm.frame_jacobian(mech, q, other, "world_aligned")
+        Jt = jm.task_jacobian(mech, q, other, E, "world_aligned")
+    compiled = [r.getMessage().splitlines()[0] for r in caplog.records if "ompil" in r.getMessage()]
+    assert compiled == [], compiled
+    T_ref, J_ref = jm.jit(
+        lambda q: (jm.frame_pose(mech, q, other), jm.frame_jacobian(mech, q, other, "world_aligned"))
+    )(q)
+    np.testing.assert_allclose(T, T_ref, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(J, J_ref, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(Jt, J_ref[:, :2], rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(jm.frame_pose(mech, q, "world"), np.eye(4))
+    np.testing.assert_array_equal(jm.frame_jacobian(mech, q, "world"), np.zeros((6, mech.nv)))
+    with pytest.raises(KeyError, match="nope"):
+        jm.frame_pose(mech, q, "nope")
+    with pytest.raises(ValueError, match="reference"):
+        jm.frame_jacobian(mech, q, "tool", "body")
 
 
 def test_frame_jacobian_vs_autodiff_along_integrate(chain):
