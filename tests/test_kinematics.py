@@ -201,6 +201,10 @@ def test_eager_frame_queries_compile_once_per_model(chain, caplog):
     np.testing.assert_allclose(Jt, J_ref[:, :2], rtol=0, atol=1e-15)
     np.testing.assert_array_equal(jm.frame_pose(mech, q, "world"), np.eye(4))
     np.testing.assert_array_equal(jm.frame_jacobian(mech, q, "world"), np.zeros((6, mech.nv)))
+    # a float32 model's body pose is float32, as a named frame's (a float64 identity promoted it)
+    m32 = jax.tree.map(lambda x: x.astype(jnp.float32) if getattr(x, "dtype", None) == jnp.float64 else x, mech)
+    assert jm.frame_pose(m32, q.astype(jnp.float32), other).dtype == jnp.float32
+    assert jm.frame_pose(m32, q.astype(jnp.float32), "tool").dtype == jnp.float32
     with pytest.raises(KeyError, match="nope"):
         jm.frame_pose(mech, q, "nope")
     with pytest.raises(ValueError, match="reference"):
