@@ -84,6 +84,7 @@ def _dense(shape, mech) -> bool:
     return any(a in big and b in big for a, b in zip(shape, shape[1:], strict=False))
 
 
+@pytest.mark.slow  # a growth check (~9 s of compiles); every four-bar forward dynamics by default takes the block path
 def test_many_small_loops_take_the_block_path_without_dense_matrices():
     """Sixteen four-bars side by side (nv 48, 80 rows): "auto" takes the per-component solve, and
     the batched program computes no array with the dense M's (nv, nv) or C's (s, nv) axes, so its
@@ -109,6 +110,7 @@ def test_many_small_loops_take_the_block_path_without_dense_matrices():
     np.testing.assert_allclose(a[:, 15:18], a1, rtol=0, atol=1e-10 * (1.0 + float(jnp.max(jnp.abs(a1)))))
 
 
+@pytest.mark.slow  # a 150-state Stewart program of its own (~6 s)
 def test_large_batches_run_in_chunks_with_the_same_values(monkeypatch):
     """A batch larger than ``batchlast.chunk_size`` runs in chunks (``lax.map``) of the batch-last
     kernels, the remainder included: the same values as one state at a time."""

@@ -287,6 +287,7 @@ def test_batched_jit_vmap(zoo, n):
     np.testing.assert_allclose(np.asarray(J[77]), np.asarray(J1), atol=1e-12)
 
 
+@pytest.mark.slow  # the zoo's float32 program (~4 s); the float32 tier runs by default in tests/test_dynamics.py
 def test_float32_runs(zoo):
     """The float32 tier: same shapes, finite, close to float64 at a closed state's neighbourhood."""
     mech = zoo["mech"]
@@ -300,7 +301,7 @@ def test_float32_runs(zoo):
 
 
 @pytest.mark.parametrize(
-    "which", [*(pytest.param(w, marks=pytest.mark.slow) for w in ("zoo", "excavator")), "stewart_graph"]
+    "which", [*(pytest.param(w, marks=pytest.mark.slow) for w in ("zoo", "excavator", "stewart_graph")), "four_bar"]
 )
 def test_world_pass_terms_match_the_public_rows_and_autodiff(which, request):
     """The forward dynamics' ``C`` and ``gamma`` (curvature.closure_terms_world, on the pass it
@@ -308,7 +309,8 @@ def test_world_pass_terms_match_the_public_rows_and_autodiff(which, request):
     and the curvature by forward-mode differentiation of ``C(q (+) v t) v`` (an independent
     derivation of gamma), on every row type of the zoo at random (infeasible) states. The zoo
     (every row type; two ~13 s compiles) runs in the slow tier, the excavator (revolute cuts, five
-    loops) too; the graph Stewart (spherical cuts) in the default tier."""
+    loops) and the graph Stewart (spherical cuts, ~8 s) too; the four-bar (a revolute cut) in the
+    default tier."""
     mech = request.getfixturevalue("zoo")["mech"] if which == "zoo" else load(which)
     from jaxmech.assembly import defect_at, defected_residual_and_jacobian
     from jaxmech.curvature import closure_bias_autodiff, closure_terms_world

@@ -213,6 +213,8 @@ def _go2_with_feet():
     return _CACHE["go2_feet"]
 
 
+@pytest.mark.slow  # ~9 s; by default support masks run in tests/test_support_balance.py (forces against weight
+# and moments) and test_support_mask_array_takes_the_compiled_path below
 def test_go2_support_modes_batch_vs_pinocchio():
     """All 16 foot-contact modes of a quadruped in one vmap; each against Pinocchio with the
     same active contacts (CONTACT_3D, foot frame to world)."""

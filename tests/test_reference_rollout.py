@@ -87,7 +87,11 @@ class ReferenceSimulator:
         return q1, v1
 
 
-@pytest.mark.parametrize("name,pin_dynamics", [("stewart", True), ("four_bar", False)])
+# The Stewart (Pinocchio's constraintDynamics, ~12 s: 1,000 reference steps in Python and its own
+# assembly and rollout compiles) runs in the slow tier; the four-bar by default.
+@pytest.mark.parametrize(
+    "name,pin_dynamics", [pytest.param("stewart", True, marks=pytest.mark.slow), ("four_bar", False)]
+)
 def test_rollout_matches_pinocchio_reference_step_by_step(name, pin_dynamics):
     mech = load(name)
     assert set(mech.topo.loop_types) == ({"point"} if pin_dynamics else {"revolute"})

@@ -127,6 +127,7 @@ def test_identify_regressor_noise_free_every_body(stewart, excited):
     np.testing.assert_allclose(np.asarray(f), np.asarray(excited.f), atol=1e-7)
 
 
+@pytest.mark.slow  # its own regressor-fit programs (~5 s net); the identify tests below run by default
 def test_repeated_fits_compile_nothing(stewart, excited, caplog):
     """A second identify / identify_regressor call with the same sizes and settings compiles
     nothing, for another starting model too: the model and the data are arguments of programs
