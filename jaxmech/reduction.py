@@ -466,9 +466,17 @@ def port_tangent_map_status(
     number must equal the mobility). Built as ``E_p = E (P_sel E)^-1`` from an automatic
     tangent map with ``d = n_sel``. Status ``SINGULAR`` when the ports do not parametrize the
     motion (``P_sel E`` ill-conditioned), ``INCONSISTENT`` when the mobility is smaller than the
-    number of ports. ``independent`` of the result lists the selected port indices."""
-    sel = _port_index(mech, ports)
-    npt = sel.size
+    number of ports. ``independent`` of the result lists the selected port indices.
+
+    The names are resolved here, in Python: an eager call compiles one program per model and
+    number of ports, whichever ports they are."""
+    return _port_tangent_map_at(mech, q, _port_index(mech, ports).astype(np.int32), rcond_tol, tol)
+
+
+@entry(static_argnames=("rcond_tol", "tol"))
+def _port_tangent_map_at(mech: Mechanism, q, sel, rcond_tol: float, tol: float) -> TangentMap:
+    """:func:`port_tangent_map_status` for port indices ``sel`` (n_sel,) int32."""
+    npt = sel.shape[0]
     tm = tangent_map_status(mech, q, "auto", d=npt, rcond_tol=rcond_tol, tol=tol)
     PE = port_jacobian(mech, q)[sel] @ tm.E
     rc = rank.rcond(PE)

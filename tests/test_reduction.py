@@ -7,6 +7,8 @@ differences of ``jm.track`` (velocity lift).
 
 from __future__ import annotations
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -248,16 +250,28 @@ def test_port_space_drive_matches_joint_space(configs_dir, name):
     assert float(jnp.max(jnp.abs(v1 - v2))) <= 1e-12 * max(1.0, float(jnp.max(jnp.abs(v1))))
 
 
-def test_port_tangent_map_wrong_count(configs_dir):
+def test_port_tangent_map_wrong_count(configs_dir, caplog):
+    """Each port alone drives the slider-crank, both together over-specify it. Eager calls resolve
+    the port names in Python: one compiled program per model and number of ports (another port
+    compiles nothing; the body once ran primitive by primitive, ~45 compilations), with the values
+    of the function run as written."""
     mech = _load(configs_dir, "slider_crank")  # two ports (crank, piston), mobility 1
     q = mech.q0  # closed in closed form (tests/test_configs.py::test_closed_form_q0_is_closed)
     assert float(jnp.max(jnp.abs(jm.closure_residual(mech, q)))) <= 1e-12
     assert int(red.port_tangent_map_status(mech, q).status) != red.OK
-    for p in mech.topo.port_names:
-        tm = red.port_tangent_map_status(mech, q, [p])
-        assert int(tm.status) == red.OK
-        P = red.port_jacobian(mech, q)[red._port_index(mech, [p])]
-        np.testing.assert_allclose(np.asarray(P @ tm.E), [[1.0]], atol=1e-12)
+    P = np.asarray(red.port_jacobian(mech, q))
+    for k, p in enumerate(mech.topo.port_names):
+        caplog.clear()
+        with jax.log_compiles(), caplog.at_level(logging.WARNING):
+            tm = red.port_tangent_map_status(mech, q, [p])
+        compiled = [r.getMessage().splitlines()[0] for r in caplog.records if r.getMessage().startswith("Compiling")]
+        assert len(compiled) == (k == 0), compiled  # the first port compiles one program, the second none
+        assert int(tm.status) == red.OK and tuple(np.asarray(tm.independent)) == (k,)
+        np.testing.assert_allclose(P[[k]] @ np.asarray(tm.E), [[1.0]], atol=1e-12)
+        ref = red._port_tangent_map_at.eager(mech, q, np.array([k], np.int32), 1e-10, 1e-8)
+        np.testing.assert_allclose(np.asarray(tm.E), np.asarray(ref.E), rtol=0, atol=1e-14)
+    with pytest.raises(KeyError, match="nope"):
+        red.port_tangent_map_status(mech, q, ["nope"])
 
 
 # ----------------------------------------------------------------------------- statuses
