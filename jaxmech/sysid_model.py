@@ -42,10 +42,22 @@ from .inertial import inertial_from_standard, inertial_to_theta, standard_parame
 from .mechanism import Mechanism
 
 
-def _point_direction(r):
-    """Standard parameters of a unit point mass at r (3,) in the body frame."""
-    x, y, z = r
-    return jnp.stack([1.0, x, y, z, y * y + z * z, x * x + z * z, x * x + y * y, -x * y, -x * z, -y * z])
+def _point_direction(r) -> np.ndarray:
+    """Standard parameters of a unit point mass at r (3,) in the body frame, (10,) (host numpy)."""
+    x, y, z = (float(c) for c in np.asarray(r))
+    return np.array([1.0, x, y, z, y * y + z * z, x * x + z * z, x * x + y * y, -x * y, -x * z, -y * z])
+
+
+@jit
+def _standard_all(mass, com, inertia):
+    """Standard parameters (nb, 10) of every body: one compiled program per model size."""
+    return jax.vmap(standard_parameters)(mass, com, inertia)
+
+
+@jit
+def _inertials_of(phi):
+    """(mass, com, inertia) of standard parameters (k, 10)."""
+    return jax.vmap(inertial_from_standard)(phi)
 
 
 class _Spec(eqx.Module):
@@ -60,40 +72,51 @@ class _Spec(eqx.Module):
 
 
 def _body_spec(mech: Mechanism, bodies: dict):
-    phi0 = jax.vmap(standard_parameters)(mech.mass, mech.com, mech.inertia)
+    """The affine spec on the host (numpy, the model's float dtype): ``base`` (nb, 10), the
+    directions ``D`` (list of (nb, 10)), guesses ``x0``, coefficient names, full bodies and
+    ``(body, kind, column)`` of the mass-like coefficients. Host arithmetic, so that a first fit
+    does not compile one small program per array operation."""
+    phi0 = np.asarray(_standard_all(mech.mass, mech.com, mech.inertia))
+    dt = phi0.dtype
     nb = mech.nb
-    base = phi0
+    base = phi0.copy()
+    mass, com = np.asarray(mech.mass), np.asarray(mech.com)
     D, x0, names, full, lin_mass = [], [], [], [], []
-    zero = jnp.zeros((nb, 10), phi0.dtype)
+
+    def direction(i, row):
+        d = np.zeros((nb, 10), dt)
+        d[i] = row
+        return d
+
     for b, kind in bodies.items():
         if b not in mech.body_names:
             raise ModelError(f"{mech.name}: sysid body '{b}' does not exist (bodies: {', '.join(mech.body_names)})")
         i = mech.body_names.index(b)
         if isinstance(kind, str) and kind == "full":
             full.append(b)
-            base = base.at[i].set(0.0)
+            base[i] = 0.0
             continue
         if isinstance(kind, str) and kind == "mass":
-            d = _point_direction(mech.com[i])
-            base = base.at[i].add(-mech.mass[i] * d)
+            d = _point_direction(com[i])
+            base[i] -= mass[i] * d
             lin_mass.append((b, "mass", len(D)))
-            D.append(zero.at[i].set(d))
-            x0.append(mech.mass[i])
+            D.append(direction(i, d))
+            x0.append(mass[i])
             names.append(f"{b}.mass")
         elif isinstance(kind, str) and kind == "density":
-            base = base.at[i].set(0.0)
+            base[i] = 0.0
             lin_mass.append((b, "density", len(D)))
-            D.append(zero.at[i].set(phi0[i]))
-            x0.append(jnp.ones((), phi0.dtype))
+            D.append(direction(i, phi0[i]))
+            x0.append(1.0)
             names.append(f"{b}.scale")
         elif isinstance(kind, tuple) and len(kind) == 2 and kind[0] == "point":
             f = kind[1]
             if f not in mech.frame_names or mech.topo.frame_body[mech.frame_names.index(f)] != i:
                 raise ModelError(f"{mech.name}: sysid point mass of body '{b}': '{f}' is not a frame of that body")
-            r = mech.frame_pose[mech.frame_names.index(f)][:3, 3]
+            r = np.asarray(mech.frame_pose[mech.frame_names.index(f)])[:3, 3]
             lin_mass.append((b, "point", len(D)))
-            D.append(zero.at[i].set(_point_direction(r)))
-            x0.append(jnp.zeros((), phi0.dtype))
+            D.append(direction(i, _point_direction(r)))
+            x0.append(0.0)
             names.append(f"{b}.point_mass@{f}")
         else:
             Dk = np.asarray(kind, dtype=float)
@@ -103,10 +126,10 @@ def _body_spec(mech: Mechanism, bodies: dict):
                     f"or directions of shape (k, 10), got {kind!r}"
                 )
             for k, row in enumerate(Dk):
-                D.append(zero.at[i].set(jnp.asarray(row, phi0.dtype)))
-                x0.append(jnp.zeros((), phi0.dtype))
+                D.append(direction(i, row))
+                x0.append(0.0)
                 names.append(f"{b}.dir{k}")
-    return base, D, x0, names, tuple(full), tuple(lin_mass)
+    return base, D, np.asarray(x0, dt).reshape(-1), names, tuple(full), tuple(lin_mass)
 
 
 def _joint_columns(mech: Mechanism, joints: dict):
@@ -150,6 +173,22 @@ def _regress(mech, D, q, v, a, Ep):
     return jax.vmap(one)(q, v, a, Ep)
 
 
+@jit(static_argnames=("jcols", "offsets"))
+def _columns(Y, f0, xg, v, a, Ep, coulomb_eps, jcols: tuple, offsets: bool):
+    """The regressor with its joint-term and offset columns appended, (N, np, p), and the fixed
+    efforts ``y0 = f0 - Y xg`` (N, np). ``jcols``: ((v index, term), ...)."""
+    y0 = f0 - Y @ xg
+    cols = [Y]
+    for vi, t in jcols:
+        vv = v[:, vi]
+        x = vv if t == "viscous" else jnp.tanh(vv / coulomb_eps) if t == "coulomb" else a[:, vi]
+        cols.append((Ep[:, vi, :] * x[:, None])[..., None])
+    if offsets:
+        N, npt = Ep.shape[0], Ep.shape[2]
+        cols.append(jnp.broadcast_to(jnp.eye(npt, dtype=Y.dtype), (N, npt, npt)))
+    return jnp.concatenate(cols, -1), y0
+
+
 def _design(mech: Mechanism, data, bodies: dict, joints: dict, offsets: bool, coulomb_eps: float):
     """Regressor ``Y`` (N, np, p), fixed efforts ``y0`` (N, np), column names, the affine spec."""
     base, D, x0, names, full, lin_mass = _body_spec(mech, bodies)
@@ -157,32 +196,31 @@ def _design(mech: Mechanism, data, bodies: dict, joints: dict, offsets: bool, co
     jv = np.asarray(sorted({vi for vi, _, _ in jcols}), int)
     m = mech
     if jv.size:  # identified joint terms replace the guess's own
-        m = eqx.tree_at(lambda k: (k.damping, k.armature), m, (m.damping.at[jv].set(0.0), m.armature.at[jv].set(0.0)))
+        damping, armature = np.array(m.damping), np.array(m.armature)
+        damping[jv], armature[jv] = 0.0, 0.0
+        m = eqx.tree_at(lambda k: (k.damping, k.armature), m, (jnp.asarray(damping), jnp.asarray(armature)))
     nb = mech.nb
     fidx = [mech.body_names.index(b) for b in full]
-    Dfull = [jnp.zeros((nb, 10), base.dtype).at[i, k].set(1.0) for i in fidx for k in range(10)]
-    Dall = jnp.stack(D + Dfull) if (D or Dfull) else jnp.zeros((0, nb, 10), base.dtype)
-    Y, f0 = _regress(m, Dall, data.q, data.v, data.a, data.Ep)
-    phi0 = jax.vmap(standard_parameters)(mech.mass, mech.com, mech.inertia)
-    # efforts at phi = base (coefficients 0) and with the full bodies at 0
-    xg = jnp.concatenate([jnp.asarray(x0, base.dtype).reshape(-1), phi0[jnp.asarray(fidx, int)].reshape(-1)])
+    Dfull = []
+    for i in fidx:
+        for k in range(10):
+            d = np.zeros((nb, 10), base.dtype)
+            d[i, k] = 1.0
+            Dfull.append(d)
+    Dall = np.stack(D + Dfull) if (D or Dfull) else np.zeros((0, nb, 10), base.dtype)
+    Y, f0 = _regress(m, jnp.asarray(Dall), data.q, data.v, data.a, data.Ep)
+    phi0 = np.asarray(_standard_all(mech.mass, mech.com, mech.inertia))
     # f0 is at phi0 = base + sum x0 D + full phi0: remove the coefficient part
-    y0 = f0 - Y @ xg
-    cols = [Y]
-    for vi, t, nm in jcols:
-        x = {"viscous": data.v[:, vi], "coulomb": jnp.tanh(data.v[:, vi] / coulomb_eps), "armature": data.a[:, vi]}[t]
-        cols.append((data.Ep[:, vi, :] * x[:, None])[..., None])
-        names.append(nm)
-    npt = data.f.shape[1]
+    xg = np.concatenate([x0, phi0[fidx].reshape(-1)]).astype(base.dtype)
+    jkey = tuple((vi, t) for vi, t, _ in jcols)
+    Yall, y0 = _columns(Y, f0, jnp.asarray(xg), data.v, data.a, data.Ep, coulomb_eps, jcols=jkey, offsets=bool(offsets))
+    names.extend(nm for _, _, nm in jcols)
     if offsets:
-        N = data.f.shape[0]
-        cols.append(jnp.broadcast_to(jnp.eye(npt, dtype=base.dtype), (N, npt, npt)))
-        names.extend(f"offset[{k}]" for k in range(npt))
-    Yall = jnp.concatenate(cols, -1)
+        names.extend(f"offset[{k}]" for k in range(data.f.shape[1]))
     p_lin = len(D)
     names = names[:p_lin] + [f"{b}.phi[{k}]" for b in full for k in range(10)] + names[p_lin:]
     # column order: body linear (p_lin), full (10 nf), joint terms, offsets
-    return Yall, y0, tuple(names), p_lin, full, lin_mass, jnp.asarray(x0, base.dtype).reshape(-1)
+    return Yall, y0, tuple(names), p_lin, full, lin_mass, x0
 
 
 class Fit(eqx.Module):
@@ -229,12 +267,20 @@ def _f_critical(df1: int, df2: int, alpha: float) -> float:
         return 1.0 + 5.0 * np.sqrt(2.0 / max(df1, 1)) + 5.0 * np.sqrt(2.0 / max(df2, 1))
 
 
-def _weighted(data, Y, y0):
-    scale = jnp.sqrt(jnp.mean(data.f**2, 0)) + 1e-12
-    w = jnp.ones(data.f.shape[0], data.f.dtype) if data.w is None else jnp.asarray(data.w, data.f.dtype)
+@jit
+def _weighted_system(f, w, Y, y0):
+    scale = jnp.sqrt(jnp.mean(f**2, 0)) + 1e-12
     sw = jnp.sqrt(w)[:, None]
     A = (sw[..., None] * Y / scale[None, :, None]).reshape(-1, Y.shape[-1])
-    y = (sw * (data.f - y0) / scale).reshape(-1)
+    y = (sw * (f - y0) / scale).reshape(-1)
+    return A, y
+
+
+def _weighted(data, Y, y0):
+    """The least-squares system (A (N np, p), y (N np,)) on the host: samples weighted by
+    ``data.w``, each port's efforts normalized by their RMS."""
+    w = np.ones(data.f.shape[0]) if data.w is None else np.asarray(data.w)
+    A, y = _weighted_system(data.f, jnp.asarray(w, data.f.dtype), Y, y0)
     return np.asarray(A), np.asarray(y)
 
 
@@ -277,7 +323,7 @@ def fit(
     A, y = _weighted(data, Y, y0)
     nf, p = len(full), A.shape[1]
     fidx = [mech_guess.body_names.index(b) for b in full]
-    phi0 = np.asarray(jax.vmap(standard_parameters)(mech_guess.mass, mech_guess.com, mech_guess.inertia))
+    phi0 = np.asarray(_standard_all(mech_guess.mass, mech_guess.com, mech_guess.inertia))
     i_jv = [k for k, n in enumerate(names) if n.endswith((".viscous", ".coulomb", ".armature"))]
     xg = np.zeros(p)
     xg[:p_lin] = np.asarray(x0)
@@ -285,7 +331,9 @@ def fit(
     for k in i_jv:
         j, t = names[k].rsplit(".", 1)
         vi = int(mech_guess.topo.v_start[mech_guess.joint_names.index(j)])
-        xg[k] = {"viscous": mech_guess.damping, "armature": mech_guess.armature}.get(t, np.zeros(mech_guess.nv))[vi]
+        xg[k] = {"viscous": np.asarray(mech_guess.damping), "armature": np.asarray(mech_guess.armature)}.get(
+            t, np.zeros(mech_guess.nv)
+        )[vi]
     x, r, S, Vr, rss = _lstsq(A, y, xg, rtol)
     if nf:
         x = _gauss_newton_full(A, y, x, xg, p_lin, nf, iterations, rtol)
@@ -297,9 +345,10 @@ def fit(
     cov_diag = sigma2 * np.sum((Vr / S[:, None]) ** 2, 0) if r else np.zeros(p)
     sd = np.where(ident, np.sqrt(cov_diag), np.inf)
     masses, mass_sd = {}, {}
+    mass_guess = np.asarray(mech_guess.mass)
     for b, kind, k in lin_mass:
         i = mech_guess.body_names.index(b)
-        m0 = float(mech_guess.mass[i])
+        m0 = float(mass_guess[i])
         if kind == "mass":
             masses[b], mass_sd[b] = float(x[k]), float(sd[k])
         elif kind == "density":
@@ -319,7 +368,7 @@ def fit(
         )
     # noise floor: the richest linear model (every body's 10 parameters, friction and armature on
     # every 1-D joint, effort offsets)
-    rich = {b: "full" for b in mech_guess.body_names if float(mech_guess.mass[mech_guess.body_names.index(b)]) > 0}
+    rich = {b: "full" for b, m_b in zip(mech_guess.body_names, mass_guess, strict=True) if m_b > 0}
     lin_j = {mech_guess.joint_names[b]: ("viscous", "coulomb", "armature") for b in _one_dof_joints(mech_guess)}
     Yr, y0r, *_ = _design(mech_guess, data, rich, lin_j, True, coulomb_eps)
     Ar, yr = _weighted(data, Yr, y0r)
@@ -350,66 +399,95 @@ def _one_dof_joints(mech: Mechanism):
     ]
 
 
+@jit
+def _theta_of(phi):
+    """Log-Cholesky parameters (10,) of standard parameters (10,) (NaN where not physical)."""
+    return inertial_to_theta(*inertial_from_standard(phi))
+
+
+def _full_coeffs(z, p_lin: int, nf: int):
+    """Coefficients with the full bodies' log-Cholesky parameters mapped to standard ones."""
+    sl = slice(p_lin, p_lin + 10 * nf)
+    th = z[sl].reshape(nf, 10)
+    return jnp.concatenate([z[:p_lin], jax.vmap(theta_to_standard)(th).reshape(-1), z[p_lin + 10 * nf :]])
+
+
+_full_coeffs_at = jit(_full_coeffs, static_argnames=("p_lin", "nf"))
+
+
+@jit(static_argnames=("p_lin", "nf"))
+def _full_loss(z, Rr, b, p_lin: int, nf: int):
+    return jnp.sum((Rr @ _full_coeffs(z, p_lin, nf) - b) ** 2)
+
+
+@jit(static_argnames=("p_lin", "nf", "rtol"))
+def _full_step(z, Rr, b, p_lin: int, nf: int, rtol: float):
+    """Minimum-norm Gauss-Newton step and the loss at ``z`` (one program per layout, reused
+    across fits and iterations)."""
+    res = Rr @ _full_coeffs(z, p_lin, nf) - b
+    J = Rr @ jax.jacfwd(_full_coeffs)(z, p_lin, nf)
+    dz = jnp.linalg.lstsq(J, -res, rcond=rtol)[0]
+    return dz, jnp.sum(res**2)
+
+
 def _gauss_newton_full(A, y, x_lin_sol, xg, p_lin, nf, iterations, rtol):
     """Gauss-Newton on the log-Cholesky parameters of the full bodies (other coefficients linear),
     minimum-norm steps (unidentifiable directions keep their values)."""
     sl = slice(p_lin, p_lin + 10 * nf)
     th0 = []
     for q in range(nf):
-        cand = x_lin_sol[sl][10 * q : 10 * q + 10]
-        t = np.asarray(inertial_to_theta(*inertial_from_standard(jnp.asarray(cand))))
+        t = np.asarray(_theta_of(jnp.asarray(x_lin_sol[sl][10 * q : 10 * q + 10])))
         if not np.all(np.isfinite(t)):  # the unconstrained optimum is not physical: start at the guess
-            t = np.asarray(inertial_to_theta(*inertial_from_standard(jnp.asarray(xg[sl][10 * q : 10 * q + 10]))))
+            t = np.asarray(_theta_of(jnp.asarray(xg[sl][10 * q : 10 * q + 10])))
         th0.append(t)
     z = np.concatenate([x_lin_sol[:p_lin], np.concatenate(th0), x_lin_sol[p_lin + 10 * nf :]])
-
-    def coeffs(z):
-        th = z[sl].reshape(nf, 10)
-        return jnp.concatenate([z[:p_lin], jax.vmap(theta_to_standard)(th).reshape(-1), z[p_lin + 10 * nf :]])
-
     U, S, Vt = np.linalg.svd(A, full_matrices=False)
-    Rr, b = S[:, None] * Vt, U.T @ y  # |A c - y|^2 = |Rr c - b|^2 + const
-
-    @jit
-    def step(z):
-        res = Rr @ coeffs(z) - b
-        J = Rr @ jax.jacfwd(coeffs)(z)
-        dz = jnp.linalg.lstsq(J, -res, rcond=rtol)[0]
-        return dz, jnp.sum(res**2)
-
+    Rr, b = jnp.asarray(S[:, None] * Vt), jnp.asarray(U.T @ y)  # |A c - y|^2 = |Rr c - b|^2 + const
     for _ in range(iterations):
-        dz, f0 = step(jnp.asarray(z))
+        dz, f0 = _full_step(jnp.asarray(z), Rr, b, p_lin=p_lin, nf=nf, rtol=float(rtol))
+        dz, f0 = np.asarray(dz), float(f0)
         t = 1.0
         for _ls in range(20):  # backtracking keeps the descent monotone far from the optimum
-            zn = z + t * np.asarray(dz)
-            if float(jnp.sum((Rr @ coeffs(jnp.asarray(zn)) - b) ** 2)) <= float(f0):
+            zn = z + t * dz
+            if float(_full_loss(jnp.asarray(zn), Rr, b, p_lin=p_lin, nf=nf)) <= f0:
                 break
             t *= 0.5
         else:
             break
         z = zn
-        if np.linalg.norm(t * np.asarray(dz)) < 1e-14 * (1 + np.linalg.norm(z)):
+        if np.linalg.norm(t * dz) < 1e-14 * (1 + np.linalg.norm(z)):
             break
-    return np.asarray(coeffs(jnp.asarray(z)))
+    return np.asarray(_full_coeffs_at(jnp.asarray(z), p_lin=p_lin, nf=nf))
 
 
 def _apply(mech, bodies, names, x, p_lin, full, fidx, i_jv):
+    """``mech`` with the identified coefficients ``x`` set (host arithmetic, one compiled
+    conversion of the standard parameters)."""
     base, D, *_ = _body_spec(mech, bodies)
-    phi = base + (jnp.tensordot(jnp.asarray(x[:p_lin]), jnp.stack(D), 1) if p_lin else 0.0)
+    phi = base + (np.tensordot(np.asarray(x[:p_lin]), np.stack(D), 1) if p_lin else 0.0)
     for q, i in enumerate(fidx):
-        phi = phi.at[i].set(jnp.asarray(x[p_lin + 10 * q : p_lin + 10 * q + 10]))
+        phi[i] = x[p_lin + 10 * q : p_lin + 10 * q + 10]
     ids = np.asarray([mech.body_names.index(b) for b in bodies], int)
-    mm, cc, II = jax.vmap(inertial_from_standard)(phi[ids])
-    m = eqx.tree_at(
-        lambda z: (z.mass, z.com, z.inertia),
-        mech,
-        (mech.mass.at[ids].set(mm), mech.com.at[ids].set(cc), mech.inertia.at[ids].set(II)),
-    )
+    parts = []
+    for old, new in zip(
+        (mech.mass, mech.com, mech.inertia), _inertials_of(jnp.asarray(phi[ids], base.dtype)), strict=True
+    ):
+        arr = np.array(old)
+        arr[ids] = np.asarray(new)
+        parts.append(jnp.asarray(arr, old.dtype))
+    m = eqx.tree_at(lambda z: (z.mass, z.com, z.inertia), mech, tuple(parts))
+    damping, armature = np.array(m.damping), np.array(m.armature)
     for k in i_jv:
         j, t = names[k].rsplit(".", 1)
         vi = int(mech.topo.v_start[mech.joint_names.index(j)])
         if t == "viscous":
-            m = eqx.tree_at(lambda z: z.damping, m, m.damping.at[vi].set(x[k]))
+            damping[vi] = x[k]
         elif t == "armature":
-            m = eqx.tree_at(lambda z: z.armature, m, m.armature.at[vi].set(x[k]))
+            armature[vi] = x[k]
+    if i_jv:
+        m = eqx.tree_at(
+            lambda z: (z.damping, z.armature),
+            m,
+            (jnp.asarray(damping, m.damping.dtype), jnp.asarray(armature, m.armature.dtype)),
+        )
     return m

@@ -3,6 +3,7 @@ four-bar's efforts are Pinocchio's tree inverse dynamics (rnea) plus known joint
 armature, passed as generalized forces (the constraint forces drop out through the port lift).
 The motion (closed configurations, consistent speeds and accelerations) is only kinematics."""
 
+import logging
 import warnings
 
 import equinox as eqx
@@ -146,6 +147,23 @@ def test_friction_and_armature_recovered(fb, motion):
     # the same data fitted without the friction terms is flagged
     bad, _ = _fit(fb, d, {b: "mass" for b in BODIES})
     assert bad.wrong_parametrization
+
+
+def test_a_first_fit_compiles_a_handful_of_programs(fb, motion, caplog):
+    """The fit builds its affine spec on the host and its design matrix in a few compiled
+    programs. 37 samples (a size no other test uses, so nothing is in JAX's caches yet) compile
+    at most 12 programs (11 in a fresh process); the old fit ran its array arithmetic eagerly, ~140 compilations (5.3 s)
+    on a first call, 20+ of them for each new sample count."""
+    truth = with_masses(fb, [1.2, 0.9, 1.05])
+    s = slice(0, 37)
+    tau = pin_tau(truth, motion, viscous=0.02)[s]
+    d = sysid.Dataset.from_measurements(fb, motion.q[s], motion.v[s], motion.a[s], tau)
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        r, _ = _fit(fb, d, {b: "mass" for b in BODIES}, {"crank": "viscous"}, offsets=True)
+    compiled = [x.getMessage().splitlines()[0] for x in caplog.records if x.getMessage().startswith("Compiling")]
+    assert len(compiled) <= 12, compiled
+    np.testing.assert_allclose(_masses(r, BODIES)[0], np.asarray(truth.mass), rtol=1e-8)
+    np.testing.assert_allclose(float(r.mech.damping[0]), 0.02, rtol=1e-7)
 
 
 @pytest.mark.slow
