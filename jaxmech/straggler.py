@@ -76,7 +76,20 @@ def _phase_one(mech: Mechanism, guesses, active, options: tuple, max_running):
         return (jnp.sum(running(S, opts)) > max_running) & (k < PATIENCE * k_half)
 
     state, _, _ = jax.lax.while_loop(cond, body, (setup.state, jnp.zeros((), jnp.int32), never))
-    return setup._replace(state=state)
+    return setup._replace(state=state), running(state, opts)
+
+
+@jit
+def _gather(setup, idx):
+    """The rows ``idx`` (chunk,) of a batched set-up (one small program per shape, not one per leaf)."""
+    return jax.tree.map(lambda x: x[idx], setup)
+
+
+@jit
+def _scatter(state, done, idx):
+    """``state`` with rows ``idx`` replaced by ``done``; repeated indices carry equal rows (the
+    padding repeats the last late state, whose continued loop is the same computation)."""
+    return jax.tree.map(lambda a, b: a.at[idx].set(b), state, done)
 
 
 @jit(static_argnames=("active", "options"))
@@ -136,13 +149,12 @@ def assemble_batch(mech: Mechanism, guesses, active=None, *, chunk: int | None =
     mobility(mech)  # static, computed on the host once per model (the default active set needs it)
     if _trivial(mech, partition(mech, act)):
         return _assemble_many(mech, g, act, opt)
-    setup = _phase_one(mech, g, act, opt, jnp.asarray(chunk, jnp.int32))  # traced: one compile per batch shape
-    late = np.nonzero(np.asarray(running(setup.state, make_options(**options))))[0]
+    # traced: one compile per batch shape; the running mask comes out of the same program
+    setup, run = _phase_one(mech, g, act, opt, np.int32(chunk))
+    late = np.nonzero(np.asarray(run))[0]
     for k in range(0, late.size, chunk):  # one chunk unless phase 1 ran out of patience
         part = late[k : k + chunk]
-        idx = jnp.asarray(np.concatenate([part, np.repeat(part[-1:], chunk - part.size)]))
-        done = _phase_two(mech, jax.tree.map(lambda x, idx=idx: x[idx], setup), act, opt)
-        keep = jnp.asarray(part)
-        state = jax.tree.map(lambda a, b, m=part.size, keep=keep: a.at[keep].set(b[:m]), setup.state, done)
-        setup = setup._replace(state=state)
+        idx = np.concatenate([part, np.repeat(part[-1:], chunk - part.size)]).astype(np.int32)
+        done = _phase_two(mech, _gather(setup, idx), act, opt)
+        setup = setup._replace(state=_scatter(setup.state, done, idx))
     return _checks(mech, g, setup, act, opt)

@@ -6,6 +6,8 @@ closed form of the four-bar (tests/test_assembly.py)."""
 
 from __future__ import annotations
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,25 +35,50 @@ def case():
     G[:, 1:] += rng.uniform(-1.2, 1.2, (N, 2))
     G[-1, 0] = np.nan
     ref = jax.tree.map(np.asarray, vmapped_assembly(mech, G))
-    out = jax.tree.map(np.asarray, jm.assemble_batch(mech, G, chunk=4))
-    return mech, G, ref, out
+    compiled = _Compiles()
+    logger = logging.getLogger("jax._src.interpreters.pxla")
+    logger.addHandler(compiled)
+    try:
+        with jax.log_compiles():
+            out = jax.tree.map(np.asarray, jm.assemble_batch(mech, G, chunk=4))
+    finally:
+        logger.removeHandler(compiled)
+    return mech, G, ref, out, compiled.names
+
+
+class _Compiles(logging.Handler):
+    """Names of the programs JAX compiles while attached (``jax.log_compiles`` messages)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.names = []
+
+    def emit(self, record):
+        msg = record.getMessage()
+        if msg.startswith("Compiling "):
+            self.names.append(msg.split()[1])
 
 
 def test_every_field_equals_the_vmapped_assembly(case):
-    mech, G, ref, out = case
+    mech, G, ref, out, compiled = case
     # the case exercises phase 2: phase 1 stops with 1-4 states still iterating
-    setup = straggler._phase_one(mech, jnp.asarray(G), None, (), jnp.asarray(4, jnp.int32))
+    setup, run = straggler._phase_one(mech, jnp.asarray(G), None, (), jnp.asarray(4, jnp.int32))
     late = np.asarray(assembly.running(setup.state, assembly.make_options()))
+    np.testing.assert_array_equal(np.asarray(run), late)  # the mask the host splits by
     assert 1 <= late.sum() <= 4
     assert np.all(ref.iterations[late] > np.asarray(setup.state.it)[late])
     for name in FIELDS:
         np.testing.assert_allclose(getattr(out, name), getattr(ref, name), rtol=0, atol=1e-15, err_msg=name)
     np.testing.assert_array_equal(out.iterations, ref.iterations)
     np.testing.assert_array_equal(out.status, ref.status)
+    # the host split is two small programs (gather, scatter) next to the three phases, not one
+    # eager operation per field (the old split compiled ~40 programs on a new batch shape)
+    assert len(compiled) <= 8, compiled
+    assert {"jit(_phase_one)", "jit(_phase_two)", "jit(_checks)"} <= set(compiled), compiled
 
 
 def test_converged_states_are_the_closed_form(case):
-    mech, G, _, out = case
+    mech, G, _, out, _ = case
     ok = out.status == jm.Status.OK
     assert ok.sum() == N - 1 and int(out.status[-1]) == jm.Status.NONFINITE_INPUT
     for k in np.nonzero(ok)[0]:
