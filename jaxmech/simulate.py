@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lapack
+from ._entry import entry
 from ._jit import jit
 from .closure import closure_residual, closure_residual_and_jacobian
 from .kinpass import forward_kinematics, integrate
@@ -240,12 +241,40 @@ def step_with_info(
 ) -> tuple[SimState, StepInfo]:
     """One time step of length ``dt`` (s) with actuator efforts ``control`` (nu,), returning the
     new :class:`SimState` and the :class:`StepInfo` diagnostics. See the module docstring;
-    ``limit_stiffness``/``limit_damping`` (scalars or (nv,)) switch on the joint-limit force."""
+    ``limit_stiffness``/``limit_damping`` (scalars or (nv,)) switch on the joint-limit force (a
+    plain ``0`` stiffness leaves it out of the program). An eager call runs as one compiled
+    program per model, shapes and options."""
+    limits = not (isinstance(limit_stiffness, float | int) and limit_stiffness == 0)
+    return _step_with_info(
+        mech, state, control, dt, method, integrator, projection_iters, actuation, with_energy, limits,
+        limit_stiffness, limit_damping,
+    )  # fmt: skip
+
+
+@entry(
+    static_argnames=("method", "integrator", "projection_iters", "actuation", "with_energy", "limits"),
+    prime_mobility=True,
+)
+def _step_with_info(
+    mech: Mechanism,
+    state: SimState,
+    control,
+    dt,
+    method: str,
+    integrator: str,
+    projection_iters: int,
+    actuation: str,
+    with_energy: bool,
+    limits: bool,
+    limit_stiffness,
+    limit_damping,
+) -> tuple[SimState, StepInfo]:
+    """:func:`step_with_info` with the limit switch ``limits`` static."""
     from .dynamics import crba
 
     q, v = state.q, state.v
     tau = generalized_force(mech, q, control, actuation)
-    if not (isinstance(limit_stiffness, float | int) and limit_stiffness == 0):
+    if limits:
         tau = tau + limit_force(mech, q, v, limit_stiffness, limit_damping)
     M = None
     if integrator == "euler":

@@ -1,6 +1,7 @@
 """Rollouts keep the closure and (passive, undamped) conserve energy; batching is exact."""
 
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -158,3 +159,38 @@ def test_chord_projection_reaches_the_full_newton_gap(configs_dir):
     np.testing.assert_allclose(np.asarray(chord), np.asarray(full), atol=1e-12)
     one = gap(proj(mech, drifted, iters=1, chord=True))
     assert 1e-14 < one < 1e-9  # a single step is not enough: the second one matters
+
+
+def _eager_step_case():
+    mech = load("four_bar")
+    q = jnp.asarray(closed_states(mech, 4, 0.2)[1])  # the session's shared assembly
+    return mech, sim.SimState(q, jnp.zeros(mech.nv)), jnp.full(sim.control_size(mech), 0.3)
+
+
+@pytest.mark.slow  # a compile-count regression check (3.6 s); rollouts check the step's values by default
+def test_eager_step_runs_as_one_compiled_program(caplog):
+    """An eager ``jm.step_with_info`` runs as one compiled program per model, shapes and options
+    (it ran ~40 primitive programs, 3.2 s on the four-bar), and the step leaves the closure at
+    round-off."""
+    mech, state, u = _eager_step_case()
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        new, info = jm.step_with_info(mech, state, u, DT)
+    compiled = [r.getMessage().split()[1] for r in caplog.records if r.getMessage().startswith("Compiling")]
+    assert compiled.count("jit(_step_with_info)") == 1 and len(compiled) <= 5, compiled  # + the mobility, once
+    assert float(jnp.max(jnp.abs(jm.closure_residual(mech, new.q)))) <= 1e-12
+    assert float(info.velocity_gap) <= 1e-12 and float(jnp.max(jnp.abs(new.v))) > 1e-4  # it moved
+
+
+@pytest.mark.slow  # the step as written runs ~40 primitive programs, the limited step is another compile
+def test_eager_step_values_are_the_step_as_written():
+    """The compiled eager step gives the values of the function as written; an array limit
+    stiffness is another program, and inside the limits (none on the four-bar) changes nothing."""
+    mech, state, u = _eager_step_case()
+    new, info = jm.step_with_info(mech, state, u, DT)
+    options = ("auto", "euler", sim.PROJECTION_ITERS, "auto", False, False, 0.0, 0.0)
+    ref, ref_info = sim._step_with_info.eager(mech, state, u, DT, *options)
+    np.testing.assert_allclose(np.asarray(new.q), np.asarray(ref.q), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(new.v), np.asarray(ref.v), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(float(info.velocity_gap), float(ref_info.velocity_gap), rtol=0, atol=1e-14)
+    limited = jm.step(mech, state, u, DT, limit_stiffness=np.full(mech.nv, 1e4), limit_damping=1.0)
+    np.testing.assert_allclose(np.asarray(limited.q), np.asarray(new.q), rtol=0, atol=1e-14)
