@@ -72,7 +72,11 @@ def _robot(name):
     return _ROBOTS[name]
 
 
-@pytest.fixture(scope="module", params=["panda", "go2"])
+# Go2 (free base, revolute legs) by default; the Panda (fixed base, revolute arm, prismatic fingers)
+# in the slow tier: prismatic tree dynamics run by default against Pinocchio in the Stewart's legs
+# (tests/test_constrained.py::test_stewart_vs_pinocchio), the Panda's rnea against finite
+# differences below
+@pytest.fixture(scope="module", params=["go2", pytest.param("panda", marks=pytest.mark.slow)])
 def robot(request):
     return _robot(request.param)
 
