@@ -246,6 +246,7 @@ class _World:
         return jnp.sum(self.cols * (self.anc.T @ f), -1)
 
 
+@entry(static_argnames=("reference",))
 def external_wrenches(mech: Mechanism, q: jnp.ndarray, f_ext, reference: str = "local") -> jnp.ndarray:
     """Body wrenches (nb, 6), each in its body frame about the body origin, angular-first.
 

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lapack
+from ._entry import entry
 from ._jit import jit
 from .mechanism import Mechanism
 
@@ -348,6 +349,7 @@ def reduced_effort(mech: Mechanism, q: jnp.ndarray, E: jnp.ndarray, f: jnp.ndarr
     return E.T @ (actuation_matrix(mech, q) @ f)
 
 
+@entry()
 def distribute_effort(mech: Mechanism, q: jnp.ndarray, E: jnp.ndarray, tau_u: jnp.ndarray, weights=None):
     """Actuator efforts ``f`` (na,) that produce the independent-speed forces ``tau_u`` (d,),
     ``E^T B f = tau_u``, of least weighted norm ``f^T W^-1 f`` with ``W = diag(weights)``

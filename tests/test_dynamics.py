@@ -155,6 +155,16 @@ def test_external_wrenches_vs_pinocchio(robot):
     t0, t1, t2 = refs(q[0], v[0], a[0])
     np.testing.assert_allclose(t1, t0, atol=1e-10)
     np.testing.assert_allclose(t2, t0, atol=1e-10)
+    # the public body-wrench map, called eagerly (one compiled program per reference): the three
+    # descriptions are the same body wrenches
+    fb = [
+        np.asarray(jm.external_wrenches(mech, q[0], w, ref))
+        for w, ref in ((W, "local"), (Wa, "world_aligned"), (Ww, "world"))
+    ]
+    np.testing.assert_allclose(fb[1], fb[0], atol=1e-12)
+    np.testing.assert_allclose(fb[2], fb[0], atol=1e-12)
+    with pytest.raises(ValueError, match="reference must be"):
+        jm.external_wrenches(mech, q[0], W, "body")
 
 
 def test_damping_and_armature_conventions():
