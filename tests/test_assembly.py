@@ -1,6 +1,7 @@
 """Assembly and tracking against closed forms (Freudenstein four-bar, Stewart leg lengths),
 statuses for bad inputs, and implicit gradients against central finite differences."""
 
+import logging
 import tomllib
 
 import equinox as eqx
@@ -152,12 +153,19 @@ def test_active_set_statuses_and_throw(four_bar):
         jm.assemble(four_bar, q, tolerance=1.0)
 
 
-def test_track_four_bar_1000_steps(four_bar):
+def test_track_four_bar_1000_steps(four_bar, caplog):
     n = 1000
     th = np.linspace(0.0, 4 * np.pi, n)
-    # an eager call: one compiled program per topology and path length (jaxmech._entry), the one
-    # test_reduction.py's velocity-lift check also runs (same length), from the persistent cache
-    res = jm.track(four_bar, four_bar.q0, jnp.asarray(th)[:, None])
+    # an eager call: the first step is jm.assemble's own compiled program (compiled here if no test
+    # before did), the continuation one program per topology and path length (jaxmech._entry), the
+    # one test_reduction.py's velocity-lift check also runs (same length), from the persistent cache
+    first = jm.assemble(four_bar, four_bar.q0.at[0].set(th[0]))
+    path = jnp.asarray(th[:, None])
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        res = jm.track(four_bar, four_bar.q0, path)
+    compiled = {r.getMessage().split()[1] for r in caplog.records if r.getMessage().startswith("Compiling")}
+    assert compiled <= {"jit(_first_guess)", "jit(_track_rest)", "jit(stage)"}, compiled  # no second acquisition
+    np.testing.assert_array_equal(np.asarray(res.q[0]), np.asarray(first.q))
     assert np.all(np.asarray(res.status) == A.CONVERGED)
     assert np.asarray(res.residual).max() <= 1e-10
     # continuous motion stays on the branch of the first (homotopy-acquired) configuration
