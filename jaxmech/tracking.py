@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lapack
-from ._entry import entry
+from ._entry import _traced, entry
 from ._jit import jit
 from .assembly import (
     CONVERGED,
@@ -198,8 +198,7 @@ def track(mech: Mechanism, q_start, active_path, active=None, *, throw: bool = F
 def _stop(tree):
     """``stop_gradient`` under a trace; concrete values are returned as they are (an eager
     ``stop_gradient`` would run one small program per leaf)."""
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
-    return jax.lax.stop_gradient(tree) if traced else tree
+    return jax.lax.stop_gradient(tree) if _traced(tree) else tree
 
 
 @jit(static_argnames=("aq", "dtype"))
