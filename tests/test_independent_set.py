@@ -10,6 +10,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from _shared import assemble_each
 
 import jaxmech as jm
 from jaxmech import reduction as red
@@ -38,7 +39,7 @@ def closed_states(crank_model):
     ic = crank_model.q_indices(["crank"])[0]
     Q0 = np.tile(np.asarray(crank_model.q0), (th.size, 1))
     Q0[:, ic] = th
-    res = jm.jit(jax.vmap(lambda q: jm.assemble(crank_model, q)))(Q0)
+    res = assemble_each(crank_model, Q0)  # jm.assemble's own program, shared with tests/test_reduction.py
     # dead centres sit on the slider's limits (status out of bounds), but are closed
     assert np.max(np.asarray(res.residual)) < 1e-12
     return np.asarray(res.q), th

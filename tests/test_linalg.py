@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _shared import assemble_batch, load
+from _shared import assemble_each, load
 
 import jaxmech as jm
 from jaxmech import linalg
@@ -73,7 +73,7 @@ def test_kkt_blocks_matches_dense(cfg):
     rng = np.random.default_rng(0)
     n = 16
     Q = np.tile(np.asarray(mech.q0), (n, 1))
-    asm = assemble_batch(mech, Q + 0.01 * rng.normal(size=Q.shape))  # the session's shared compile
+    asm = assemble_each(mech, Q + 0.01 * rng.normal(size=Q.shape))  # jm.assemble's own program
     Q = np.asarray(asm.q)[np.asarray(asm.status) == 0]
     C = np.asarray(jm.jit(jax.vmap(jm.closure_jacobian, (None, 0)))(mech, jnp.asarray(Q)))
     V = np.stack([np.linalg.svd(c)[2][-1] for c in C])  # a velocity in null(C)
