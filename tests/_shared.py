@@ -43,12 +43,13 @@ def assemble_batch(mech: jm.Mechanism, guesses) -> jm.AssemblyResult:
     return jax.tree.map(lambda x: x[: g.shape[0]], res)
 
 
-def assemble_each(mech: jm.Mechanism, guesses) -> jm.AssemblyResult:
+def assemble_each(mech: jm.Mechanism, guesses, **kw) -> jm.AssemblyResult:
     """``jm.assemble`` on each of ``guesses`` (n, nq), stacked: test data through the single-state
     program, which every test of the model that calls ``jm.assemble`` shares (per model one
     compile, from the persistent cache on the other worker), instead of a vmapped assembly
-    compiled only to make states (35-40 % more compile: four-bar 4.0 against 2.5 s)."""
-    res = [jm.assemble(mech, jnp.asarray(g)) for g in np.asarray(guesses)]
+    compiled only to make states (35-40 % more compile: four-bar 4.0 against 2.5 s). ``kw``:
+    ``jm.assemble``'s ``active`` and options."""
+    res = [jm.assemble(mech, jnp.asarray(g), **kw) for g in np.asarray(guesses)]
     return jax.tree.map(lambda *x: np.stack(x), *res)
 
 

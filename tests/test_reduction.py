@@ -117,6 +117,28 @@ def test_tangent_map_and_acceleration_lift(closed):
 _SLOW = pytest.mark.slow
 
 
+_CURVATURES: dict = {}
+
+
+def _curvatures(mech):
+    """gamma = Cdot v (analytic), its jvp reference and d^2/dt^2 rho(q (+) v t) at t = 0, at BATCH
+    random (not closed) states and velocities: one compiled program for both curvature checks
+    (two programs recompiled the analytic gamma, ~2 s)."""
+    if mech.name not in _CURVATURES:
+
+        def three(q, v):
+            def rho(t):
+                return jm.closure_residual(mech, jm.integrate(mech, q, v, t))
+
+            d1 = lambda t: jax.jvp(rho, (t,), (1.0,))[1]  # noqa: E731
+            return closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v), jax.jvp(d1, (0.0,), (1.0,))[1]
+
+        Q = random_configurations(mech, BATCH, 3)
+        V = normal(4, (BATCH, mech.nv))
+        _CURVATURES[mech.name] = jm.jit(jax.vmap(three))(Q, V)
+    return _CURVATURES[mech.name]
+
+
 @pytest.mark.parametrize(
     "name",
     [  # every row type is also checked by default in test_curvature_all_row_types
@@ -129,10 +151,7 @@ _SLOW = pytest.mark.slow
 )
 def test_curvature_random_states(configs_dir, name):
     """gamma = Cdot v against jax.jvp at random (not closed) states and velocities."""
-    mech = _load(configs_dir, name)
-    Q = random_configurations(mech, BATCH, 3)
-    V = normal(4, (BATCH, mech.nv))
-    g, gr = jm.jit(jax.vmap(lambda q, v: (closure_bias(mech, q, v), closure_bias_autodiff(mech, q, v))))(Q, V)
+    g, gr, _ = _curvatures(_load(configs_dir, name))
     scale = jnp.maximum(1.0, jnp.max(jnp.abs(gr), -1))
     assert float(jnp.max(jnp.max(jnp.abs(g - gr), -1) / scale)) <= 1e-10
 
@@ -175,19 +194,7 @@ def test_curvature_all_row_types():
 
 def test_curvature_second_derivative_of_residual(configs_dir):
     """Independent of the analytic C: d^2/dt^2 rho(q (+) v t) at t=0 equals gamma (a = 0)."""
-    mech = _load(configs_dir, "stewart")
-    q = random_configurations(mech, 1, 7)[0]
-    v = normal(8, (mech.nv,))
-
-    @jm.jit  # one program (eager nested jvps would compile every primitive)
-    def both(q, v):
-        def rho(t):
-            return jm.closure_residual(mech, jm.integrate(mech, q, v, t))
-
-        d1 = lambda t: jax.jvp(rho, (t,), (1.0,))[1]  # noqa: E731
-        return closure_bias(mech, q, v), jax.jvp(d1, (0.0,), (1.0,))[1]
-
-    g, d2 = both(q, v)
+    g, _, d2 = _curvatures(_load(configs_dir, "stewart"))
     np.testing.assert_allclose(np.asarray(g), np.asarray(d2), atol=1e-10)
 
 
