@@ -21,6 +21,7 @@ SMOKE=(
   "benchmarks/paper_robots.py --small --robots stewart,go2,panda --out $OUT/paper_robots.json"
   "benchmarks/run_all.py --budget 40 --what closure,fd --batch 1,8 --precision f64"
   "benchmarks/scaling.py --devices 1,2 --batch 64 --reps 1"
+  "benchmarks/gauge.py --reps 1 --out $OUT/gauge.json"
   "benchmarks/small_linalg.py --sizes 4 8 --batches 64 --reps 1 --out $OUT/small_linalg.json"
 )
 run_one() {  # run one script, its log in its own file; print its tail and time
