@@ -266,10 +266,12 @@ def world_columns(mech: Mechanism, Re, pe, QT):
 # ----------------------------------------------------------------------------- closure rows
 
 
-def _group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
+def _group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup, dinv=None):
     """Cut frames A, B in the world, ``Delta = A^-1 B`` as (R (n, 3, 3, B), p (n, 3, B)), and the
     signed world motion columns of each loop's path, ``x`` (n, m, 6, B) (None without ``cols``).
-    Returns ``(DR, Dp, RA, pA, RB, pB, x)``."""
+    ``dinv`` (n, 4, 4, B): assembly's defect, ``Delta dinv`` (``closure._evaluate``'s
+    ``defect_inv``), applied as the constant offset ``B dinv`` of cut frame B on its body, so the
+    world-frame Jacobian rows are those of that frame. Returns ``(DR, Dp, RA, pA, RB, pB, x)``."""
     topo, dt = mech.topo, Re.dtype
     from .closure import cut_bodies
 
@@ -277,6 +279,8 @@ def _group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
     Ca, Cb = mech.cut_pose_a[g.param_index].astype(dt), mech.cut_pose_b[g.param_index].astype(dt)
     RA, pA = mm3(Re[ba], _c(Ca[:, :3, :3])), mv3(Re[ba], _c(Ca[:, :3, 3])) + pe[ba]
     RB, pB = mm3(Re[bb], _c(Cb[:, :3, :3])), mv3(Re[bb], _c(Cb[:, :3, 3])) + pe[bb]
+    if dinv is not None:
+        RB, pB = mm3(RB, dinv[:, :3, :3]), mv3(RB, dinv[:, :3, 3]) + pB
     DR, Dp = mm3(_t3(RA), RB), mtv3(RA, pB - pA)
     if cols is None:
         return DR, Dp, RA, pA, RB, pB, None
@@ -345,16 +349,18 @@ def dense_jacobian(mech: Mechanism, vals, B: int, dt):
     return J.at[:, rows, cols_].add(jnp.concatenate(vals, 0).T)
 
 
-def closure_residual_and_jacobian(mech: Mechanism, QT, with_jac: bool = True):
+def closure_residual_and_jacobian(mech: Mechanism, QT, with_jac: bool = True, defect_inv=None):
     """Residual (B, s) and, with ``with_jac``, Jacobian (B, s, nv) of the states ``QT`` (nq, B),
-    batch first on output (as ``vmap`` returns them). All loops and couplings."""
+    batch first on output (as ``vmap`` returns them). All loops and couplings. ``defect_inv``: one
+    (n, 4, 4, B) array per group, assembly's defect (see :func:`_group_terms`)."""
     topo, dt, B = mech.topo, QT.dtype, QT.shape[-1]
     Re, pe = world_poses(mech, *local_poses(mech, QT))
     cols = world_columns(mech, Re, pe, QT) if with_jac else None
     Re, pe = with_world(Re, pe)
     res, vals = [], []
-    for g in topo.groups:
-        r, j = _rows(mech, g, _group_terms(mech, Re, pe, cols, g), with_jac)
+    for k, g in enumerate(topo.groups):
+        dinv = None if defect_inv is None else defect_inv[k]
+        r, j = _rows(mech, g, _group_terms(mech, Re, pe, cols, g, dinv), with_jac)
         res.append(r.reshape(-1, B))
         if with_jac:
             vals.append(j.reshape(-1, B))

@@ -255,18 +255,19 @@ def closure_residual_and_jacobian(mech: Mechanism, q: jnp.ndarray, loops=None):
 def _all_rows(with_jac: bool):
     """All rows (and the Jacobian) of one state; under ``vmap`` the batch-last kernels of
     :mod:`jaxmech.batchlast` (same formulas, 2-3x faster on CPU; derivatives from this code).
-    Without the Jacobian the second output is None."""
+    Without the Jacobian the second output is None. Extra arguments after ``q`` are the defect's
+    per-group transforms (n, 4, 4) of :func:`_evaluate` (assembly's defected closure, all rows)."""
 
-    def ref(mech, q):
-        r, J = _evaluate(mech, q, None, with_jac)
+    def ref(mech, q, *defect_inv):
+        r, J = _evaluate(mech, q, None, with_jac, defect_inv or None)
         return (r, J) if with_jac else (r,)
 
-    def fast(mech, QT):
-        r, J = batchlast.closure_residual_and_jacobian(mech, QT, with_jac)
+    def fast(mech, QT, *defect_inv):
+        r, J = batchlast.closure_residual_and_jacobian(mech, QT, with_jac, defect_inv or None)
         return (r, J) if with_jac else (r,)
 
     f = batchlast.batched(ref, fast)
-    return f if with_jac else (lambda mech, q: (f(mech, q)[0], None))
+    return f if with_jac else (lambda mech, q, *d: (f(mech, q, *d)[0], None))
 
 
 def closure_jacobian_autodiff(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray:

@@ -17,24 +17,41 @@ from _shared import load, random_configurations
 from test_closure import _zoo
 
 import jaxmech as jm
-from jaxmech import closure, kinpass
+from jaxmech import closure, corrector, kinpass, lie
+
+LAM = 0.3  # homotopy parameter of the defected rows checked below
 
 
 @jm.jit
-def _public(mech, Q):
-    f = lambda q: (  # noqa: E731
+def _public(mech, Q, defect):
+    f = lambda q, d: (  # noqa: E731
         jm.closure_residual_and_jacobian(mech, q),
         jm.closure_residual(mech, q),
         jm.closure_jacobian(mech, q),
         jm.forward_kinematics(mech, q),
+        corrector.defected_residual_and_jacobian(mech, q, LAM, d),
+        corrector.defected_residual(mech, q, LAM, d),
     )
-    return jax.vmap(f)(Q)
+    return jax.vmap(f)(Q, defect)
 
 
 @jm.jit
-def _reference(mech, Q):
-    f = lambda q: (closure._evaluate(mech, q, None, True), kinpass._fk_one(mech, q))  # noqa: E731
-    return jax.vmap(f)(Q)
+def _reference(mech, Q, defect):
+    def f(q, d):
+        # assembly's defected closure (paper 001 eq. (34)): Delta(q) Exp((1 - lam) rho0)^-1 per element
+        dinv = tuple(lie.se3_exp(-(1.0 - LAM) * rho0) for rho0 in d.rho0)
+        rd, Jd = closure._evaluate(mech, q, None, True, dinv)
+        rd = rd.at[mech.topo.coupling_rows :].add(-(1.0 - LAM) * d.c0) if mech.topo.coupling_names else rd
+        return closure._evaluate(mech, q, None, True), kinpass._fk_one(mech, q), (rd, Jd)
+
+    return jax.vmap(f)(Q, defect)
+
+
+def _defects(mech, n, seed=0):
+    """Random defects (logs of 0.1-sized mismatches, coupling offsets) for ``n`` states."""
+    rng = np.random.default_rng(seed)
+    rho0 = tuple(jnp.asarray(0.1 * rng.normal(size=(n, len(g.names), 6))) for g in mech.topo.groups)
+    return corrector.Defect(rho0, jnp.asarray(0.1 * rng.normal(size=(n, len(mech.topo.coupling_names)))))
 
 
 def _states(mech, n=16, seed=0):
@@ -47,9 +64,14 @@ def zoo():
 
 
 def _check(mech, Q):
-    (r, J), r_only, J_only, T = _public(mech, Q)
-    (r_ref, J_ref), T_ref = _reference(mech, Q)
+    D = _defects(mech, Q.shape[0])
+    (r, J), r_only, J_only, T, (rd, Jd), rd_only = _public(mech, Q, D)
+    (r_ref, J_ref), T_ref, (rd_ref, Jd_ref) = _reference(mech, Q, D)
+    assert float(jnp.max(jnp.abs(rd_ref - r_ref))) > 1e-3  # the defect did reach the rows
     scale = 1.0 + float(jnp.max(jnp.abs(J_ref)))
+    np.testing.assert_allclose(rd, rd_ref, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(rd_only, rd_ref, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(Jd, Jd_ref, rtol=0, atol=1e-13 * scale)
     np.testing.assert_allclose(r, r_ref, rtol=0, atol=1e-13)
     np.testing.assert_allclose(r_only, r_ref, rtol=0, atol=1e-13)
     np.testing.assert_allclose(J, J_ref, rtol=0, atol=1e-13 * scale)
@@ -80,7 +102,7 @@ def test_single_state_nested_vmap_and_batched_model():
     model batched along with the states (here perturbed cut frames) takes the per-state code."""
     mech = load("four_bar")
     Q = _states(mech, 8, seed=1)
-    (r_ref, J_ref), _ = _reference(mech, Q)
+    (r_ref, J_ref), _, _ = _reference(mech, Q, _defects(mech, Q.shape[0]))
     r1, J1 = jm.jit(jm.closure_residual_and_jacobian)(mech, Q[3])
     np.testing.assert_array_equal(r1, r_ref[3])
     np.testing.assert_array_equal(J1, J_ref[3])
