@@ -216,12 +216,12 @@ class _Rows:
         return jnp.zeros(self.s, lam_s.dtype).at[self.idx].add(lam_s * self.mask)
 
 
-def _kkt_dense(M, rows: _Rows, b):
-    """``(a, lambda_s)`` on the selected rows with LAPACK: Cholesky ``M = L L^T``, one forward
-    substitution ``Z = L^-1 [b, C_s^T]``, ``K = Z_C^T Z_C``, ``lambda_s = K^-1 (-gamma_s - Z_C^T
-    z_b)``, ``a = L^-T (z_b + Z_C lambda_s)``; then one correction of the constraint violation
-    with the same factors (see the module docstring)."""
-    L = lapack.cholesky(M)
+def _kkt_dense(M, rows: _Rows, b, L=None):
+    """``(a, lambda_s)`` on the selected rows with LAPACK: Cholesky ``M = L L^T`` (``L`` if given),
+    one forward substitution ``Z = L^-1 [b, C_s^T]``, ``K = Z_C^T Z_C``, ``lambda_s = K^-1
+    (-gamma_s - Z_C^T z_b)``, ``a = L^-T (z_b + Z_C lambda_s)``; then one correction of the
+    constraint violation with the same factors (see the module docstring)."""
+    L = lapack.cholesky(M) if L is None else L
     if rows.k == 0:
         return lapack.cho_solve(L, b), jnp.zeros(0, M.dtype)
     Z = lapack.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), True, False)
@@ -435,12 +435,13 @@ def _forward_dynamics(mech: Mechanism, q, v, tau, f_ext, support, E, options: Dy
     return _dense_solve(mech, method, M, C, gamma, tau - h, mask, rtol, E)
 
 
-def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=None) -> ConstrainedDynamics:
-    """``method`` "kkt" or "projected" on the dense terms (``b = tau - h``)."""
+def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=None, L=None) -> ConstrainedDynamics:
+    """``method`` "kkt" or "projected" on the dense terms (``b = tau - h``); ``L``: the Cholesky
+    factor of ``M`` when the caller has it (``kkt``)."""
     dt = M.dtype
     rows = _Rows(C, gamma, mask, rtol)
     if method == "kkt":
-        a, lam_s = _kkt_dense(M, rows, b)
+        a, lam_s = _kkt_dense(M, rows, b, L)
         return _finish(rows, rows.C, rows.gamma, a, rows.scatter(lam_s) if rows.k else jnp.zeros(rows.s, dt))
     # projected
     G = rows.Cs @ rows.Cs.T + rows.pad  # Gram of the selected rows
@@ -467,20 +468,23 @@ def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=Non
 
 
 def dynamics_and_mass(mech: Mechanism, q, v, tau, method: str = "auto"):
-    """``(forward_dynamics(mech, q, v, tau, method=method), M)`` with the mass matrix ``M`` (nv, nv)
-    the dense solve factorized (the rollout's velocity projection reuses it instead of running
-    CRBA again; batched, both come from one batch-last pass). With the per-component solve there
-    is no dense ``M``: it comes from :func:`jaxmech.crba`."""
+    """``(forward_dynamics(mech, q, v, tau, method=method), L)`` with ``L`` the lower Cholesky
+    factor (nv, nv) of the mass matrix ``M = L L^T`` that the dense KKT solve factorized: the
+    rollout's velocity projection reuses it instead of running CRBA and the factorization again
+    (batched, ``M`` comes from the same batch-last pass as the dynamics' other terms). The
+    per-component and projected solves have no dense factor of ``M``: it comes from
+    :func:`jaxmech.crba` and one Cholesky factorization."""
     from .dynamics import crba
 
     if method == "auto":
         method = default_method(mech)
-    if method == "kkt_blocks":
-        return forward_dynamics(mech, q, v, tau, method=method), crba(mech, q)
+    if method != "kkt":
+        return forward_dynamics(mech, q, v, tau, method=method), lapack.cholesky(crba(mech, q))
     dt = q.dtype
     M, h, C, gamma = _terms_batched()(mech, q, v)
     mask = jnp.ones(mech.n_rows, dt)
-    return _dense_solve(mech, method, M, C, gamma, tau - h, mask, _default_rtol(dt)), M
+    L = lapack.cholesky(M)
+    return _dense_solve(mech, method, M, C, gamma, tau - h, mask, _default_rtol(dt), L=L), L
 
 
 # the compiled path eager calls take, and the functions as written (as on every entry function)

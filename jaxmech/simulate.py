@@ -194,16 +194,22 @@ def project_position(mech: Mechanism, q: jnp.ndarray, iters: int = 3, chord: boo
     return q
 
 
-def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray, v: jnp.ndarray) -> jnp.ndarray:
+def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray, v: jnp.ndarray, L=None) -> jnp.ndarray:
     """M-orthogonal projection of v onto ``C v = 0`` (the plastic-impulse projection: it removes
     the constraint-violating velocity with the least kinetic-energy change),
-    ``v - M^-1 C^T (C M^-1 C^T + mu I)^-1 C v``."""
+    ``v - M^-1 C^T (C M^-1 C^T + mu I)^-1 C v``. ``C`` (s, nv), ``M`` (nv, nv), ``v`` (nv,);
+    ``L``: the lower Cholesky factor of ``M`` if the caller has it (``M`` is then not read).
+
+    With ``Z = L^-1 C^T``: ``G = Z^T Z + mu I`` (Cholesky), ``w = G^-1 C v`` and the correction
+    ``L^-T Z w``: one triangular solve with ``s`` right-hand sides and one small Cholesky factor."""
     if C.shape[0] == 0:
         return v
-    MiCt = lapack.cho_solve(lapack.cholesky(M), C.T)
-    G = C @ MiCt
+    L = lapack.cholesky(M) if L is None else L
+    Z = lapack.solve_triangular(L, C.T, True, False)
+    G = Z.T @ Z
     G = G + _damping(G) * jnp.eye(G.shape[0], dtype=G.dtype)
-    return v - MiCt @ lapack.solve(G, C @ v)
+    w = lapack.cho_solve(lapack.cholesky(G), C @ v)
+    return v - lapack.solve_triangular(L, Z @ w, True, True)
 
 
 # ----------------------------------------------------------------------------- stepping
@@ -276,11 +282,11 @@ def _step_with_info(
     tau = generalized_force(mech, q, control, actuation)
     if limits:
         tau = tau + limit_force(mech, q, v, limit_stiffness, limit_damping)
-    M = None
+    L = None  # Cholesky factor of M(q), the metric of the velocity projection
     if integrator == "euler":
         from .constrained import dynamics_and_mass
 
-        res, M = dynamics_and_mass(mech, q, v, tau, method)  # M: the metric of the velocity projection
+        res, L = dynamics_and_mass(mech, q, v, tau, method)
         v1 = v + dt * res.a
         q1 = integrate(mech, q, v1, dt)
     elif integrator == "rk4":
@@ -306,11 +312,11 @@ def _step_with_info(
     else:
         raise ValueError(f"integrator must be 'euler' or 'rk4', got {integrator!r}")
     q1 = project_position(mech, q1, projection_iters, chord=True)
-    if M is None:
-        M = crba(mech, q)  # metric of the velocity projection
     if mech.n_rows:
+        if L is None:
+            L = lapack.cholesky(crba(mech, q))  # metric of the velocity projection
         r, C = closure_residual_and_jacobian(mech, q1)
-        v1 = project_velocity(mech, C, M, v1)
+        v1 = project_velocity(mech, C, None, v1, L)
         gap = jnp.max(jnp.abs(r))
         vgap = jnp.max(jnp.abs(C @ v1))
     else:
