@@ -39,8 +39,8 @@ Every evaluation is the closure's own world-frame tree pass (``closure._evaluate
 defect applied to each mismatch; under ``vmap`` the same rows run as the batch-last kernels of
 :mod:`jaxmech.batchlast` (the defect as a constant offset of each cut frame B): Stewart, batch
 1,024, one core, residual + Jacobian 7.0 -> 3.0 us per state, residual 3.4 -> 1.6, assembly from
-5 cm guesses 109 -> 87 us (``benchmarks/PROFILE.md``, session 44). Everything is one flattened ``lax.while_loop`` (one
-residual+Jacobian evaluation and one residual evaluation per iteration),
+5 cm guesses 109 -> 87 us (``benchmarks/PROFILE.md``, session 44). Everything is one flattened
+``lax.while_loop`` (one residual+Jacobian evaluation and one residual evaluation per iteration),
 so ``jax.jit(jax.vmap(...))`` over many guesses costs the slowest state's iteration count and a
 failed state never poisons the others. :func:`_loop` gives the loop's ``(cond, body)`` over
 :class:`_State` (``jaxmech.straggler`` steps it itself), :func:`_homotopy` runs it (tracking's
