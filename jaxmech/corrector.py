@@ -137,11 +137,14 @@ def defect_at(mech: Mechanism, q0: jnp.ndarray) -> Defect:
     return Defect(rho0, c0)
 
 
-def defected_residual_and_jacobian(mech: Mechanism, q: jnp.ndarray, lam, defect: Defect):
+def defected_residual_and_jacobian(mech: Mechanism, q: jnp.ndarray, lam, defect: Defect | None):
     """Raw defected residual (s,) and Jacobian (s, nv) (paper 001 eqs. (34)-(39)):
-    rows of ``Delta(q) Exp((1 - lam) rho0)^-1``; ``lam = 1`` gives the physical closure. The
+    rows of ``Delta(q) Exp((1 - lam) rho0)^-1``; ``lam = 1`` or ``defect=None`` gives the physical
+    closure (``None``: the plain rows, no defect factors at all). The
     closure's own world-frame pass with the defect applied to each ``Delta`` (the Jacobian rows
     are the physical ones: ``D`` is constant in q)."""
+    if defect is None:  # the physical closure itself (tracking's direct corrector)
+        return _all_rows(True)(mech, q)
     Dinv = tuple(lie.se3_exp(-(1.0 - lam) * rho0) for rho0 in defect.rho0)
     r, J = _all_rows(True)(mech, q, *Dinv)
     if mech.topo.coupling_names:
@@ -149,8 +152,10 @@ def defected_residual_and_jacobian(mech: Mechanism, q: jnp.ndarray, lam, defect:
     return r, J
 
 
-def defected_residual(mech: Mechanism, q: jnp.ndarray, lam, defect: Defect) -> jnp.ndarray:
+def defected_residual(mech: Mechanism, q: jnp.ndarray, lam, defect: Defect | None) -> jnp.ndarray:
     """The raw defected residual (s,) of :func:`defected_residual_and_jacobian`, without the Jacobian."""
+    if defect is None:
+        return _all_rows(False)(mech, q)[0]
     Dinv = tuple(lie.se3_exp(-(1.0 - lam) * rho0) for rho0 in defect.rho0)
     r, _ = _all_rows(False)(mech, q, *Dinv)
     if mech.topo.coupling_names:
@@ -266,7 +271,7 @@ class _Problem(NamedTuple):
 
     mech: Mechanism
     part: Partition
-    defect: Defect
+    defect: Defect | None  # None: the physical closure (no defect)
     sel: jnp.ndarray
     opts: AssemblyOptions
     check_chord: bool

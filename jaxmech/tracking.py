@@ -39,7 +39,7 @@ from .assembly import (
     partition,
 )
 from .closure import closure_jacobian
-from .corrector import Defect, _homotopy, defect_at, defected_residual_and_jacobian
+from .corrector import _homotopy, defect_at, defected_residual_and_jacobian
 from .implicit import _attach
 from .independent import coordinate_names
 from .kinpass import difference, integrate
@@ -122,11 +122,8 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
     dv_p = dv_p + second
     dv_p = jnp.where(jnp.all(jnp.isfinite(dv_p)), dv_p, 0.0)
     q_pred = integrate(mech, q_prev, dv_a.at[p].set(dv_p)).at[aq].set(a_k.astype(dt))
-    zero = Defect(
-        tuple(jnp.zeros((len(g.names), 6), dt) for g in mech.topo.groups), jnp.zeros(len(mech.topo.coupling_names), dt)
-    )
-    # direct correction on the physical closure with the previous selector (eq. (59))
-    d = _homotopy(mech, part, q_pred, zero, rows, 1.0, 0.0, False, opts, check_chord=True)
+    # direct correction on the physical closure (no defect) with the previous selector (eq. (59))
+    d = _homotopy(mech, part, q_pred, None, rows, 1.0, 0.0, False, opts, check_chord=True)
     direct_ok = d.finished
 
     # fallback: defect homotopy from the prediction, as a while_loop that runs its body at most
