@@ -194,7 +194,7 @@ def project_position(mech: Mechanism, q: jnp.ndarray, iters: int = 3, chord: boo
     return q
 
 
-def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray, v: jnp.ndarray, L=None) -> jnp.ndarray:
+def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray | None, v: jnp.ndarray, L=None) -> jnp.ndarray:
     """M-orthogonal projection of v onto ``C v = 0`` (the plastic-impulse projection: it removes
     the constraint-violating velocity with the least kinetic-energy change),
     ``v - M^-1 C^T (C M^-1 C^T + mu I)^-1 C v``. ``C`` (s, nv), ``M`` (nv, nv), ``v`` (nv,);
