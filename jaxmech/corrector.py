@@ -31,8 +31,9 @@ state, with the selector ``sel`` held fixed:
    damped corrector converges there directly, in about 40 % fewer iterations and with more
    successes than starting at ``lam = 0.5``; ``benchmarks/PROFILE.md``, session 21); a trial
    point is accepted when the corrector converged, the *complete* raw defected residual is
-   small and the selected passive block's reciprocal condition (1-norm, :func:`rcond_1`) is
-   above ``rcond_min``; otherwise the increment is halved; below ``dlam_min`` the run stops with
+   small and, at an intermediate ``lam < 1``, the selected passive block's reciprocal condition
+   (1-norm, :func:`rcond_1`) is above ``rcond_min`` (at ``lam = 1`` the final checks judge the
+   solution's own block; :func:`_rcond_mid`); otherwise the increment is halved; below ``dlam_min`` the run stops with
    ``STEP_TOO_SMALL``.
 
 Every evaluation is the closure's own world-frame tree pass (``closure._evaluate``) with the
@@ -73,7 +74,8 @@ class AssemblyOptions:
     ``tol``: max-abs selected residual at ``lam = 1`` (residual units: m, rad);
     ``tol_mid``: the same at intermediate ``lam``; ``raw_tol`` / ``raw_tol_mid``: acceptance on the
     complete raw (defected) residual; ``rcond_min``: acceptance on the selected passive block (its
-    1-norm reciprocal condition :func:`rcond_1`, inside the loop and at the solution) and the
+    1-norm reciprocal condition :func:`rcond_1`, inside the loop at intermediate ``lam`` and at
+    the solution) and the
     ``singular`` threshold at the solution;
     ``rank_rtol``: relative rank tolerance (on the pivoted-QR diagonal);
     ``max_iter``: total corrector iterations; ``max_inner``: per homotopy point; ``dlam0`` /
@@ -84,8 +86,8 @@ class AssemblyOptions:
     correction ``|R_p^-1 rho_sel|`` (the passive-coordinate error estimate, rad / m) exceeds
     ``xtol`` is reported ``SINGULAR`` (at a singular root, e.g. a four-bar dead centre, the
     residual vanishes quadratically while the coordinates are resolved only to its square root);
-    ``rcond_fail``: a failed run whose last passive block had a reciprocal condition below this
-    is reported ``SINGULAR`` (the continuation ran into a fold: dead centre, workspace boundary)
+    ``rcond_fail``: a failed run whose passive block at its final point (on the rows selected
+    there) or at its last intermediate ``lam`` trial had a reciprocal condition below this is reported ``SINGULAR`` (the continuation ran into a fold: dead centre, workspace boundary)
     rather than ``STEP_TOO_SMALL`` / ``MAX_ITERATIONS``; ``chord``: after a damped Newton step that
     cut the selected residual's squared norm below a tenth, take one chord step in the same
     iteration (the residual alone at the new point, solved with the same factorization: about a
@@ -226,6 +228,26 @@ def _inverse_rcond_1(J):
     return Ji, jnp.where(ok, 1.0 / jnp.where(ok, nrm, 1.0), 0.0)
 
 
+def _rcond_mid(J, lam):
+    """:func:`rcond_1` of the selected passive block ``J`` at an intermediate homotopy point
+    (``lam < 1``), where it decides whether the point is accepted; 1 at the physical closure
+    (``lam = 1``), whose solution the final checks judge with the reciprocal condition at the
+    solution, on the rows selected there (``assembly._checks``: ``SINGULAR`` below ``rcond_min``).
+    The inverse sits in a ``while_loop`` of at most one pass, so a vmapped batch computes it only
+    at iterations where some state is at ``lam < 1``: assembly from near-closed guesses and
+    tracking's direct corrector (all at ``lam = 1``) skip one LAPACK inverse per iteration (7 us
+    per state of an iteration's 19, Stewart, batch 1,024; ``benchmarks/PROFILE.md``, session 45).
+    The pass reads ``J`` through the carried value it changes, so XLA cannot hoist it out."""
+    one = jnp.ones((), J.dtype)
+    if J.shape[0] == 0:
+        return one
+
+    def once(c):
+        return jnp.asarray(False), rcond_1(jnp.where(c[1] > 0, c[2], jnp.nan)), c[2]
+
+    return jax.lax.while_loop(lambda c: c[0], once, (lam < 1.0, one, J))[1]
+
+
 def _lm_factor(J, mu):
     """Cholesky factor of the Levenberg-Marquardt matrix ``J^T J + mu s I`` (s = max diag of
     J^T J; symmetric positive definite for ``mu > 0``: Stewart, 18 x 18, batch 1,024, 2.1 us per
@@ -284,7 +306,7 @@ class _Best(NamedTuple):
     f: jnp.ndarray  # selected residual (n_p,)
     J: jnp.ndarray  # selected passive block (n_p, n_p)
     fn: jnp.ndarray  # |f|^2
-    rc: jnp.ndarray  # rcond_1(J)
+    rc: jnp.ndarray  # rcond_1(J) at lam < 1; 1 at lam = 1 (see _rcond_mid)
     raw: jnp.ndarray  # max-abs raw residual
 
 
@@ -307,7 +329,7 @@ def _trial(pb: _Problem, s: _State, lam) -> tuple:
     fn = jnp.sum(f * f)
     finite = jnp.all(jnp.isfinite(r)) & jnp.all(jnp.isfinite(Jp))
     improved = finite & (s.fresh | (fn < s.fn_good))
-    rc = rcond_1(Jp)
+    rc = _rcond_mid(Jp, lam)
     raw = jnp.max(jnp.abs(r))
     new = (s.q, f, Jp, fn, rc, raw)
     old = (s.q_good, s.f_good, s.J_good, s.fn_good, s.rc_good, s.raw_good)
