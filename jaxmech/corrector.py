@@ -87,7 +87,8 @@ class AssemblyOptions:
     ``xtol`` is reported ``SINGULAR`` (at a singular root, e.g. a four-bar dead centre, the
     residual vanishes quadratically while the coordinates are resolved only to its square root);
     ``rcond_fail``: a failed run whose passive block at its final point (on the rows selected
-    there) or at its last intermediate ``lam`` trial had a reciprocal condition below this is reported ``SINGULAR`` (the continuation ran into a fold: dead centre, workspace boundary)
+    there) or at its last intermediate ``lam`` trial had a reciprocal condition below this is
+    reported ``SINGULAR`` (the continuation ran into a fold: dead centre, workspace boundary)
     rather than ``STEP_TOO_SMALL`` / ``MAX_ITERATIONS``; ``chord``: after a damped Newton step that
     cut the selected residual's squared norm below a tenth, take one chord step in the same
     iteration (the residual alone at the new point, solved with the same factorization: about a
