@@ -453,3 +453,36 @@ def test_closure_rank_skips_its_qr_only_where_the_passive_block_has_full_row_ran
     rank_p, rank = ranks(jnp.asarray(mats))
     np.testing.assert_array_equal(np.asarray(rank_p), [2, 1, 1, 0])
     np.testing.assert_array_equal(np.asarray(rank), [np.linalg.matrix_rank(m) for m in mats])
+
+
+def test_square_selection_runs_the_qr_only_where_rcond_cannot_certify_full_rank():
+    """``_square_selection`` in a vmapped batch mixing well-conditioned square blocks (rows kept
+    in order, rank n, no QR) with rank-deficient and barely invertible ones (the pivoted QR's rows
+    and rank): every state equals the per-state pivoted-QR selection in rows (as a set) and rank,
+    its ``Ji`` inverts the selected rows, and its ``rc`` is numpy's 1 / cond_1."""
+    rng = np.random.default_rng(3)
+    n = 5
+    good = rng.standard_normal((n, n)) + 4 * np.eye(n)
+    low = rng.standard_normal((n, 3)) @ rng.standard_normal((3, n))  # rank 3
+    near = good.copy()
+    near[4] = near[3] + 1e-7 * rng.standard_normal(n)  # rank n, but rc below 10 n rtol
+    mats = np.stack([good, low, near, good[::-1]])
+
+    @jm.jit
+    @jax.vmap
+    def pick(Cp):
+        return A._square_selection(Cp, 1e-9)
+
+    rows, rank, Ji, rc = jax.tree.map(np.asarray, pick(jnp.asarray(mats)))
+    for i, m in enumerate(mats):
+        ref_rows, ref_rank = jax.tree.map(np.asarray, A.select_rows_ranked(jnp.asarray(m), n, 1e-9))
+        assert rank[i] == ref_rank == np.linalg.matrix_rank(m, tol=1e-9 * np.linalg.norm(m, 2))
+        assert sorted(rows[i]) == list(range(n))
+        if rank[i] == n and i != 2:  # certified: natural order, no QR
+            np.testing.assert_array_equal(rows[i], np.arange(n))
+        else:  # the QR ran: its pivot order
+            np.testing.assert_array_equal(rows[i], ref_rows)
+        if rank[i] == n:
+            np.testing.assert_allclose(Ji[i] @ m[rows[i]], np.eye(n), atol=1e-6 if i == 2 else 1e-12)
+            np.testing.assert_allclose(rc[i], 1.0 / np.linalg.cond(m, 1), rtol=1e-6)
+    assert rank.tolist() == [n, 3, n, n] and rc[2] < 10 * n * 1e-9 < rc[0]
