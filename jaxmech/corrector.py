@@ -33,7 +33,7 @@ state, with the selector ``sel`` held fixed:
    point is accepted when the corrector converged, the *complete* raw defected residual is
    small and, at an intermediate ``lam < 1``, the selected passive block's reciprocal condition
    (1-norm, :func:`rcond_1`) is above ``rcond_min`` (at ``lam = 1`` the final checks judge the
-   solution's own block; :func:`_rcond_mid`); otherwise the increment is halved; below ``dlam_min`` the run stops with
+   solution's own block; :func:`_rcond_where`); otherwise the increment is halved; below ``dlam_min`` the run stops with
    ``STEP_TOO_SMALL``.
 
 Every evaluation is the closure's own world-frame tree pass (``closure._evaluate``) with the
@@ -229,24 +229,26 @@ def _inverse_rcond_1(J):
     return Ji, jnp.where(ok, 1.0 / jnp.where(ok, nrm, 1.0), 0.0)
 
 
-def _rcond_mid(J, lam):
-    """:func:`rcond_1` of the selected passive block ``J`` at an intermediate homotopy point
-    (``lam < 1``), where it decides whether the point is accepted; 1 at the physical closure
-    (``lam = 1``), whose solution the final checks judge with the reciprocal condition at the
-    solution, on the rows selected there (``assembly._checks``: ``SINGULAR`` below ``rcond_min``).
+def _rcond_where(J, need, rc):
+    """:func:`rcond_1` of the selected passive block ``J`` where ``need``, else ``rc`` unchanged.
+
+    The corrector reads a block's reciprocal condition only where it decides something: whether
+    an intermediate homotopy point (``lam < 1``) that converged is accepted, and, for a run that
+    ends there, whether the failure is reported ``SINGULAR`` (``rcond_fail``). At ``lam = 1`` it
+    reads none: the solution's own block, on the rows selected there, is judged by the final
+    checks (``assembly._checks``: ``SINGULAR`` below ``rcond_min``). :func:`_verdict` says where.
     The inverse sits in a ``while_loop`` of at most one pass, so a vmapped batch computes it only
-    at iterations where some state is at ``lam < 1``: assembly from near-closed guesses and
-    tracking's direct corrector (all at ``lam = 1``) skip one LAPACK inverse per iteration (7 us
-    per state of an iteration's 19, Stewart, batch 1,024; ``benchmarks/PROFILE.md``, session 45).
-    The pass reads ``J`` through the carried value it changes, so XLA cannot hoist it out."""
-    one = jnp.ones((), J.dtype)
+    at iterations where some state needs it: assembly from near-closed guesses and tracking's
+    direct corrector skip one LAPACK inverse per iteration (7 us per state of an iteration's 19,
+    Stewart, batch 1,024; ``benchmarks/PROFILE.md``, session 45). The pass reads ``J`` through
+    the carried value it changes, so XLA cannot hoist it out of the loop."""
     if J.shape[0] == 0:
-        return one
+        return jnp.ones((), J.dtype)
 
     def once(c):
-        return jnp.asarray(False), rcond_1(jnp.where(c[1] > 0, c[2], jnp.nan)), c[2]
+        return jnp.asarray(False), rcond_1(jnp.where(jnp.isnan(c[1]), jnp.nan, c[2])), c[2]
 
-    return jax.lax.while_loop(lambda c: c[0], once, (lam < 1.0, one, J))[1]
+    return jax.lax.while_loop(lambda c: c[0], once, (need, rc, J))[1]
 
 
 def _lm_factor(J, mu):
@@ -307,7 +309,7 @@ class _Best(NamedTuple):
     f: jnp.ndarray  # selected residual (n_p,)
     J: jnp.ndarray  # selected passive block (n_p, n_p)
     fn: jnp.ndarray  # |f|^2
-    rc: jnp.ndarray  # rcond_1(J) at lam < 1; 1 at lam = 1 (see _rcond_mid)
+    rc: jnp.ndarray  # rcond_1(J) where the verdict reads it, else 1 (see _rcond_where)
     raw: jnp.ndarray  # max-abs raw residual
 
 
@@ -330,18 +332,20 @@ def _trial(pb: _Problem, s: _State, lam) -> tuple:
     fn = jnp.sum(f * f)
     finite = jnp.all(jnp.isfinite(r)) & jnp.all(jnp.isfinite(Jp))
     improved = finite & (s.fresh | (fn < s.fn_good))
-    rc = _rcond_mid(Jp, lam)
+    rc = jnp.ones((), r.dtype)  # computed by the verdict where it decides something
     raw = jnp.max(jnp.abs(r))
     new = (s.q, f, Jp, fn, rc, raw)
     old = (s.q_good, s.f_good, s.J_good, s.fn_good, s.rc_good, s.raw_good)
     return f, finite, improved, _Best(*(jnp.where(improved, a, b) for a, b in zip(new, old, strict=True)))
 
 
-def _verdict(pb: _Problem, s: _State, lam, f, finite, improved, best: _Best) -> _Verdict:
+def _verdict(pb: _Problem, s: _State, lam, f, finite, improved, best: _Best) -> tuple[_Verdict, _Best]:
     """Converged, accepted or rejected at the trial ``lam``, and the Levenberg-Marquardt damping
     update (eq. (46)): a point is accepted when the corrector converged, the complete raw residual
-    is small and the selected block is well-conditioned; rejected when it converged otherwise, or
-    ran out of inner iterations or damping."""
+    is small and, at an intermediate ``lam``, the selected block is well-conditioned; rejected
+    when it converged otherwise, or ran out of inner iterations or damping. Returns the verdict
+    and ``best`` with its reciprocal condition where this iteration reads it (:func:`_rcond_where`:
+    at ``lam < 1``, where the run converged, gave up on the point or ends)."""
     opts = pb.opts
     tol, tol_mid, raw_tol, raw_tol_mid = _tols(opts, s.q.dtype)
     is_one = lam >= 1.0
@@ -351,11 +355,15 @@ def _verdict(pb: _Problem, s: _State, lam, f, finite, improved, best: _Best) -> 
     if len(pb.part.passive) == 0:
         conv = finite
     raw_ok = best.raw <= jnp.where(is_one, raw_tol, raw_tol_mid)
-    accept = conv & raw_ok & (best.rc >= opts.rcond_min)
     mu = jnp.where(improved, jnp.where(s.fresh, s.mu, jnp.maximum(s.mu * 0.1, 1e-15)), s.mu * 10.0)
     fail_inner = ~conv & ((s.inner + 1 >= opts.max_inner) | (mu > opts.mu_max))
+    # rc decides acceptance of a converged intermediate point, and the failure status of a run
+    # that ends here (a rejection may make the increment too small; or the iteration cap)
+    need = ~is_one & (conv | fail_inner | (s.it + 1 >= opts.max_iter))
+    best = best._replace(rc=_rcond_where(best.J, need, best.rc))
+    accept = conv & raw_ok & (best.rc >= opts.rcond_min)
     reject = (conv & ~accept) | fail_inner
-    return _Verdict(is_one, accept, reject, mu)
+    return _Verdict(is_one, accept, reject, mu), best
 
 
 def _closed(pb: _Problem, r, tol, raw_tol):
@@ -448,7 +456,7 @@ def _loop(mech, part: Partition, defect: Defect, sel, opts: AssemblyOptions, che
     def body(s: _State) -> _State:
         lam = jnp.minimum(s.lam_acc + s.dlam, 1.0)
         f, finite, improved, best = _trial(pb, s, lam)
-        v = _verdict(pb, s, lam, f, finite, improved, best)
+        v, best = _verdict(pb, s, lam, f, finite, improved, best)
         nc = _newton_chord(pb, best.q, best.f, best.J, best.fn, v.mu, lam)
         return _advance(pb, s, lam, best, v, nc)
 
