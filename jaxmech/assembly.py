@@ -99,7 +99,8 @@ class AssemblyResult(eqx.Module):
     ``residual`` max-abs complete raw closure residual at ``q``; ``iterations`` corrector
     iterations; ``rank`` numerical rank of the closure Jacobian at ``q``; ``rcond`` 1-norm reciprocal
     condition ``1 / (|R_p|_1 |R_p^-1|_1)`` of the selected passive block ``R_p`` at ``q`` (within a
-    factor n_p of the 2-norm ``jaxmech.rank.rcond``; 0 when singular); ``rows`` (n_p,) physically selected rows;
+    factor n_p of the 2-norm ``jaxmech.rank.rcond``; 0 when singular); ``rows`` (n_p,) physically selected rows
+    (in pivot order; a square block whose ``rcond`` certifies full rank keeps the rows in order);
     ``lam`` the homotopy parameter reached; ``active`` (na,) the velocity indices held at their
     given values (the default chooses a valid set when the actuated one is not, see
     :func:`default_active`)."""
