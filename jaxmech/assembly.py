@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._entry import entry
+from ._once import where_needed
 from .active_set import Partition, default_active, involved_coordinates, partition  # noqa: F401  (jm.assembly.*)
 from .closure import closure_residual_and_jacobian
 from .corrector import (
@@ -207,38 +208,28 @@ def _square_selection(Cp, rtol):
     stay in their order: every diagonal entry of a QR factor ``R`` of ``Cp^T`` is at least
     ``sigma_min``, its first at most ``sigma_max``, and ``sigma_max / sigma_min <= n / rc``, so
     the pivoted QR of :func:`jaxmech.rank.select_rows_ranked` would count all ``n`` pivots. Only
-    states short of that run the pivoted QR (pivot order, and its rank), in a ``while_loop`` of at
-    most one pass, so a vmapped batch pays for it only where some state needs it (Stewart, batch
-    1,024: 5.2 us per state saved in assembly's final checks and at every tracking step)."""
+    states short of that run the pivoted QR (pivot order, and its rank), through
+    :func:`jaxmech._once.where_needed`, so a vmapped batch pays for it only where some state needs it
+    (Stewart, batch 1,024: 5.2 us per state saved in assembly's final checks and at every tracking
+    step)."""
     n = Cp.shape[0]
     finite = jnp.all(jnp.isfinite(Cp))
     Ji, rc = _inverse_rcond_1(jnp.where(finite, Cp, jnp.eye(n, dtype=Cp.dtype)))
     rc = jnp.where(finite, rc, 0.0)
     certain = rc >= 10.0 * n * rtol
-
-    def once(c):  # reads Cp through the carried rank the pass changes: XLA cannot hoist the QR
-        rows, rank = select_rows_ranked(jnp.where(c[2] >= 0, c[3], jnp.nan), n, rtol)
-        return jnp.asarray(True), rows, rank, c[3]
-
-    init = (certain, jnp.arange(n, dtype=jnp.int32), jnp.asarray(n, jnp.int32), Cp)
-    _, rows, rank_p, _ = jax.lax.while_loop(lambda c: ~c[0], once, init)
+    full = (jnp.arange(n, dtype=jnp.int32), jnp.asarray(n, jnp.int32))
+    rows, rank_p = where_needed(~certain, lambda A: select_rows_ranked(A, n, rtol), full, Cp)
     return rows, rank_p, Ji[:, rows], rc
 
 
 def _closure_rank(C, rank_p, rtol):
     """Numerical rank of ``C`` (s, nv) when ``s <= n_p``, given the rank ``rank_p`` of its passive
     columns: ``s`` where those already have full row rank, else from a pivoted QR of all of ``C``.
-    The QR sits in a ``while_loop`` of at most one pass, so a vmapped batch computes it only when
-    some state needs it (a ``lax.cond`` would run it for every state), and reads ``C`` from the
-    loop's carry so that XLA cannot hoist it out of the loop."""
+    The QR runs through :func:`jaxmech._once.where_needed`, so a vmapped batch computes it only
+    when some state needs it (a ``lax.cond`` would run it for every state)."""
     s = C.shape[0]
     full = jnp.asarray(rank_p, jnp.int32) >= s
-
-    def once(c):  # the QR input depends on the carried rank, which the pass changes: not invariant
-        return jnp.asarray(True), _qr_rank(jnp.where(c[1] >= 0, c[2], jnp.nan), rtol), c[2]
-
-    _, rank, _ = jax.lax.while_loop(lambda c: ~c[0], once, (full, jnp.asarray(s, jnp.int32), C))
-    return rank
+    return where_needed(~full, lambda A: _qr_rank(A, rtol), jnp.asarray(s, jnp.int32), C)
 
 
 def _qr_rank(A, rtol):

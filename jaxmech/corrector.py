@@ -33,8 +33,8 @@ state, with the selector ``sel`` held fixed:
    point is accepted when the corrector converged, the *complete* raw defected residual is
    small and, at an intermediate ``lam < 1``, the selected passive block's reciprocal condition
    (1-norm, :func:`rcond_1`) is above ``rcond_min`` (at ``lam = 1`` the final checks judge the
-   solution's own block; :func:`_rcond_where`); otherwise the increment is halved; below ``dlam_min`` the run stops with
-   ``STEP_TOO_SMALL``.
+   solution's own block; :func:`_rcond_where`); otherwise the increment is halved; below
+   ``dlam_min`` the run stops with ``STEP_TOO_SMALL``.
 
 Every evaluation is the closure's own world-frame tree pass (``closure._evaluate``) with the
 defect applied to each mismatch; under ``vmap`` the same rows run as the batch-last kernels of
@@ -59,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lapack, lie
+from ._once import where_needed
 from .active_set import Partition
 from .closure import _all_rows, group_mismatches
 from .kinpass import integrate
@@ -237,18 +238,13 @@ def _rcond_where(J, need, rc):
     ends there, whether the failure is reported ``SINGULAR`` (``rcond_fail``). At ``lam = 1`` it
     reads none: the solution's own block, on the rows selected there, is judged by the final
     checks (``assembly._checks``: ``SINGULAR`` below ``rcond_min``). :func:`_verdict` says where.
-    The inverse sits in a ``while_loop`` of at most one pass, so a vmapped batch computes it only
-    at iterations where some state needs it: assembly from near-closed guesses and tracking's
+    The inverse runs through :func:`jaxmech._once.where_needed`, so a vmapped batch computes it
+    only at iterations where some state needs it: assembly from near-closed guesses and tracking's
     direct corrector skip one LAPACK inverse per iteration (7 us per state of an iteration's 19,
-    Stewart, batch 1,024; ``benchmarks/PROFILE.md``, session 45). The pass reads ``J`` through
-    the carried value it changes, so XLA cannot hoist it out of the loop."""
+    Stewart, batch 1,024; ``benchmarks/PROFILE.md``, session 45)."""
     if J.shape[0] == 0:
         return jnp.ones((), J.dtype)
-
-    def once(c):
-        return jnp.asarray(False), rcond_1(jnp.where(jnp.isnan(c[1]), jnp.nan, c[2])), c[2]
-
-    return jax.lax.while_loop(lambda c: c[0], once, (need, rc, J))[1]
+    return where_needed(need, rcond_1, rc, J)
 
 
 def _lm_factor(J, mu):

@@ -8,9 +8,9 @@ The step is accepted when the selected residual converged, the complete raw resi
 coordinates are re-acquired by defect homotopy from the prediction. After acceptance the rank and
 selector are recomputed at the new configuration (§2.3) for the next step.
 
-One ``lax.scan`` over steps; the fallback (its set-up and its homotopy loop) sits in a
-``while_loop`` that runs at most once and not at all where the direct correction succeeded, so a
-batch of paths (``jax.vmap``) pays for it only at steps where some path needs it.
+One ``lax.scan`` over steps; the fallback (its set-up and its homotopy loop) runs through
+:func:`jaxmech._once.where_needed`: not at all where the direct correction succeeded, so a batch
+of paths (``jax.vmap``) pays for it only at steps where some path needs it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import numpy as np
 from . import lapack
 from ._entry import _traced, entry
 from ._jit import jit
+from ._once import where_needed
 from .assembly import (
     CONVERGED,
     STATUS_MESSAGES,
@@ -126,12 +127,11 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
     d = _homotopy(mech, part, q_pred, None, rows, 1.0, 0.0, False, opts, check_chord=True)
     direct_ok = d.finished
 
-    # fallback: defect homotopy from the prediction, as a while_loop that runs its body at most
-    # once, where the direct correction failed. Under vmap a lax.cond becomes a select that runs
-    # both branches, so the fallback's set-up (defect, J0, a pivoted QR) ran at every step of every
-    # path; the loop runs it only at steps where some path of the batch needs it. Its body reads
-    # the prediction from the carry: were it loop-invariant, XLA would hoist it out of the loop.
-    # (Stewart, batch 1,024, one core: 63.3 -> 48.3 us per state-step, identical results.)
+    # fallback: defect homotopy from the prediction, where the direct correction failed. Under
+    # vmap a lax.cond becomes a select that runs both branches, so the fallback's set-up (defect,
+    # J0, a pivoted QR) ran at every step of every path; where_needed runs it only at steps where
+    # some path of the batch needs it (Stewart, batch 1,024, one core: 63.3 -> 48.3 us per
+    # state-step, identical results).
     def fallback(q_pred):
         defect = defect_at(mech, q_pred)
         _, J0 = defected_residual_and_jacobian(mech, q_pred, 0.0, defect)
@@ -143,9 +143,7 @@ def _track_step(mech, part: Partition, aq: np.ndarray, opts: AssemblyOptions, ca
     def skip(q_pred):
         return q_pred, jnp.asarray(False), jnp.asarray(False), jnp.ones((), dt), jnp.zeros((), jnp.int32)
 
-    _, (q_h, h_finished, h_too_small, h_rc, h_it) = jax.lax.while_loop(
-        lambda c: ~c[0], lambda c: (jnp.asarray(True), fallback(c[1][0])), (direct_ok, skip(q_pred))
-    )
+    q_h, h_finished, h_too_small, h_rc, h_it = where_needed(~direct_ok, fallback, skip(q_pred), q_pred)
     q_new = jnp.where(direct_ok, d.q_acc, q_h)
     finished = direct_ok | h_finished
     rc_last = jnp.where(direct_ok, d.rc_good, h_rc)
