@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jax
 import pytest
+from _durations import UNKNOWN, file_seconds
 
 import jaxmech as jm
 
@@ -20,6 +21,13 @@ jax.config.update("jax_enable_x64", True)
 ROOT = Path(__file__).resolve().parents[1]
 jm.compilation_cache(ROOT / ".pytest_cache" / "jaxmech-xla")
 CONFIGS = ROOT / "configs"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Heaviest test files first (``tests/_durations.py``), each file's tests in their own order,
+    so the two xdist workers finish together; pyproject's ``--no-loadscope-reorder`` keeps it."""
+    seconds = file_seconds(config.option.markexpr or "")
+    items.sort(key=lambda item: -seconds.get(item.path.name, UNKNOWN))  # stable: files stay whole
 
 
 @pytest.fixture(scope="session")

@@ -362,6 +362,7 @@ def test_cassie_tree_matches_product_of_exponentials(cassie):
     assert err < 1e-10, err
 
 
+@pytest.mark.slow  # ~3 s; `jaxmech info` runs by default on the four-bar and the Stewart (tests/test_cli.py)
 def test_cassie_info_cli(cassie, monkeypatch):
     from typer.testing import CliRunner
 

@@ -347,7 +347,9 @@ def _go2_support_mech(configs_dir, feet):
 @pytest.mark.parametrize(
     "feet,d",
     [
-        (("FL", "FR", "RL", "RR"), 6),
+        # all slow (~7 s each): by default the Go2's support points run in tests/test_support_balance.py
+        # and tangent maps on the four-bar, slider-crank and Stewart above
+        pytest.param(("FL", "FR", "RL", "RR"), 6, marks=_SLOW),
         pytest.param(("FL", "RR"), 12, marks=_SLOW),
         pytest.param(("FL", "FR", "RL"), 9, marks=_SLOW),
     ],
@@ -370,6 +372,7 @@ def test_go2_support_modes(configs_dir, feet, d):
     assert float(jnp.max(jnp.abs(Jt[3:]))) <= 1e-12
 
 
+@pytest.mark.slow  # ~9 s; by default: couplings in test_batchlast.py (zoo), task Jacobians in test_kinematics.py
 def test_panda_coupling_and_tool_target(configs_dir):
     g = jm.read_graph(configs_dir / "panda.toml")
     base = jm.compile(g)

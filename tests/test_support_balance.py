@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
+import pytest
 import scipy.linalg
 
 import jaxmech as jm
@@ -132,6 +133,7 @@ def test_go2_support_forces_balance_gravity_in_one_vmap(configs_dir):
     np.testing.assert_allclose(z[[1, 0, 3, 2]], z, rtol=1e-9)
 
 
+@pytest.mark.slow  # ~6 s; the Go2 checks above run the same balance (forces and moments) by default
 def test_cassie_support_modes_balance_gravity_in_one_vmap(configs_dir):
     g = jm.read_graph(configs_dir / "cassie.toml")
     base = jm.compile(g)
