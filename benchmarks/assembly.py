@@ -8,7 +8,7 @@ On this 2-core machine ``jit(vmap(assemble))`` at batch 1024 (Stewart) used to h
 (concurrent batched LAPACK kernels deadlocking XLA's thread pool); ``jaxmech/lapack.py`` now runs
 each batched LAPACK call in chunks that stay off a small pool.
 
-Protocol (shared/BENCHMARKS.md): ``jax.jit(jax.vmap(...))``, first call timed separately as
+Protocol (docs/benchmarks.md): ``jax.jit(jax.vmap(...))``, first call timed separately as
 compile + run, then the best of ``--repeat`` calls of ``jax.block_until_ready(f(x))``.
 """
 

@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmark scripts (see /work/shared/BENCHMARKS.md for the protocol).
+"""Shared helpers for the benchmark scripts (the protocol: docs/benchmarks.md).
 
 * :func:`time_fn` -- compile time measured separately (first call), then best and median of >= 5
   calls, each blocking on the *result* with ``jax.block_until_ready``; :func:`time_interleaved`
@@ -119,7 +119,7 @@ def pin_to_core(core: int | set[int] | None) -> None:
     Call it before the first JAX computation: XLA sizes its CPU pool from the cores the process
     may use when the client is created, and a one-core pool runs batched LAPACK kernels inline.
     MJX's batched solver (Cholesky per state) hangs on this machine's 2-thread pool otherwise:
-    ``BENCHMARKS.md`` pins MJX to one core for that reason."""
+    ``docs/benchmarks.md`` pins MJX to one core for that reason."""
     if core is None or not hasattr(os, "sched_setaffinity"):
         return
     cores = {int(c) for c in core} if isinstance(core, (set, frozenset, list, tuple)) else {int(core)}

@@ -16,7 +16,12 @@ batch, ...) so machine load hits both alike; the process pinned to one core (``-
   1 ms (per state-step): no peer computes these, so their ratio is against Pinocchio's
   ``constraintDynamics`` per state, the yardstick of issue 13 (goals 4x, 2x, 1.5x).
 
-Peers run one state per call in a Python loop (their bindings cost ~0.5 us a call, included).
+Peers run one state per call in a Python loop (their bindings cost ~0.5 us a call, included);
+MJX runs batched from the same closed states and consistent velocities (``v_to_mujoco_qvel``).
+Accuracy next to speed, float64: ``fd`` rows give the acceleration-level closure error ``max
+|C a + gamma|`` (1/s^2 units of each row) of jaxmech's and MJX's accelerations, ``rollout`` rows
+the position-level closure error ``max |r(q)|`` (m, rad) after the ``STEPS`` steps, both measured
+by jaxmech's closure rows (MJX's loops are soft equality constraints).
 Prints the ratio jaxmech / peer (below 1: jaxmech faster) and writes
 ``benchmarks/results/compare.json``. Peers that are not installed are skipped (GPU machines).
 
@@ -191,23 +196,50 @@ class Pinocchio:
         return jm.v_from_pinocchio(self.mech, out)
 
 
+def closure_error(mech, op: str, Q, V, out) -> float:
+    """The closure error of a batch of results, by jaxmech's rows: ``fd`` (``out`` = accelerations
+    (n, nv)): ``max |C(q) a + gamma(q, v)|``; ``rollout`` (``out`` = final q (n, nq)): ``max |r(q)|``."""
+    if op == "fd":
+        err = jax.vmap(lambda q, v, a: jm.closure_jacobian(mech, q) @ a + jm.closure_bias(mech, q, v))(Q, V, out)
+    else:
+        err = jax.vmap(lambda q: jm.closure_residual(mech, q))(out)
+    return float(jnp.max(jnp.abs(err)))
+
+
+def mujoco_qacc_to_a(mech, q, qvel, qacc):
+    """MuJoCo ``qacc`` -> jaxmech ``a`` (nv,) at ``q = qpos``, ``qvel``. A free joint's jaxmech
+    velocity is the body twist ``(omega_b, R^T pdot)``, so its linear acceleration is
+    ``R^T pddot - omega_b x v_b``; the other joints' coordinates are MuJoCo's."""
+    a = jm.mujoco_qvel_to_v(mech, q, qacc)
+    t = mech.topo
+    if t.free_q.size:
+        xi = jm.mujoco_qvel_to_v(mech, q, qvel)[np.asarray(t.free_v)]  # (n, 6) = (omega_b, v_b)
+        a = a.at[np.asarray(t.free_v)[:, 3:]].add(-jnp.cross(xi[:, :3], xi[:, 3:]))
+    return a
+
+
 class MJX:
-    """MuJoCo XLA on the shipped MJCF of the same robot (``configs/NAME.xml``), batched like jaxmech:
-    ``jit(vmap(mjx.forward))`` (``fd``: qacc from its soft-constraint solver) and ``STEPS`` calls
-    of ``mjx.step`` in a ``lax.scan`` (``rollout``, per state-step), from the model's ``qpos0``
-    with random joint velocities (MuJoCo's coordinates are not jaxmech's; the cost of a step does
-    not depend on which closed state it starts from). Other ops have no MJX counterpart."""
+    """MuJoCo XLA on the shipped MJCF of the same robot (``configs/NAME.xml``, exported at a closed
+    ``qpos0``: its ``qpos`` is jaxmech's ``q``), batched like jaxmech: ``jit(vmap(mjx.forward))``
+    (``fd``: qacc from its soft-constraint solver) and ``STEPS`` calls of ``mjx.step`` in a
+    ``lax.scan`` (``rollout``, per state-step), from the same closed states and velocities as
+    jaxmech. :meth:`closure_error` measures its results by jaxmech's closure rows. Other ops have
+    no MJX counterpart."""
 
     name = "mjx"
     # float64 only: with x64 on (this script's float64 reference tier) MJX promotes float32 data to
     # float64 internally, so a "float32" MJX row would time mixed precision
     dtypes = (jnp.dtype(jnp.float64),)
 
-    def __init__(self, xml: Path, steps: int):
+    def __init__(self, xml: Path, steps: int, mech, Q, V):
         import mujoco
 
         self.model = mujoco.MjModel.from_xml_path(str(xml))
+        self.model.opt.timestep = 1e-3  # jaxmech's rollout step (MuJoCo's default is 2 ms)
         self.steps = steps
+        self.mech, self.Q = mech, jnp.asarray(Q)
+        self.V = jnp.asarray(V)
+        self.qvel = jax.vmap(lambda q, v: jm.v_to_mujoco_qvel(mech, q, v))(self.Q, self.V)
         self._compiled: dict = {}
 
     def ops(self):
@@ -216,8 +248,8 @@ class MJX:
     def _data(self, n: int, dtype):
         mx = common.cast(mjx.put_model(self.model), dtype)
         d0 = common.cast(mjx.make_data(mx), dtype)
-        qv = 0.1 * jax.random.normal(jax.random.PRNGKey(0), (n, self.model.nv), dtype)
-        return mx, jax.vmap(lambda v: d0.replace(qvel=v))(qv)
+        qp, qv = (jnp.asarray(x[:n], dtype) for x in (self.Q, self.qvel))
+        return mx, jax.vmap(lambda q, v: d0.replace(qpos=q, qvel=v))(qp, qv)
 
     def prepare(self, op: str, n: int, dtype) -> float:
         """Compile ``op`` at batch n (seconds), so :meth:`run` times the run only."""
@@ -234,6 +266,15 @@ class MJX:
         jax.block_until_ready(f(ds))
         self._compiled[op] = (f, ds, n * (self.steps if op == "rollout" else 1))
         return time.perf_counter() - t0
+
+    def closure_error(self, op: str) -> float:
+        """:func:`closure_error` of MJX's result at the batch :meth:`prepare` compiled."""
+        f, ds, _ = self._compiled[op]
+        out, n = f(ds), ds.qpos.shape[0]
+        Q, V, qvel = self.Q[:n], self.V[:n], self.qvel[:n]
+        if op == "fd":
+            out = jax.vmap(lambda q, qv, qa: mujoco_qacc_to_a(self.mech, q, qv, qa))(Q, qvel, out)
+        return closure_error(self.mech, op, Q, V, out)
 
     def run(self, op, n: int) -> float:
         """Seconds per state (per state-step for ``rollout``) at the batch :meth:`prepare` compiled."""
@@ -258,7 +299,7 @@ def make_peers(mech, Q, V, T, A, name: str = "") -> list:
     elif not xml.exists():
         print(f"mjx: no {xml.name} for {name}, skipped")
     else:
-        peers.append(MJX(xml, STEPS))
+        peers.append(MJX(xml, STEPS, mech, Q, V))
     return peers
 
 
@@ -329,6 +370,13 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                     row[f"{pn}_us"] = 1e6 * min(ts)
                     row[f"ratio_jaxmech_over_{pn}"] = min(jt) / min(ts)
                     msg += f"  {pn} {row[f'{pn}_us']:7.2f} us  ratio {row[f'ratio_jaxmech_over_{pn}']:6.3f}"
+                if op in ("fd", "rollout") and jnp.dtype(dtype) == jnp.float64:  # accuracy next to speed
+                    out = lowered(m, *args)
+                    row["jaxmech_closure_error"] = closure_error(m, op, args[0], args[1], out)
+                    msg += f"  closure error {row['jaxmech_closure_error']:.1e}"
+                    for p in (p for p in active if hasattr(p, "closure_error")):
+                        row[f"{p.name}_closure_error"] = p.closure_error(op)
+                        msg += f" ({p.name} {row[f'{p.name}_closure_error']:.1e})"
                 if op == "fd" and jnp.dtype(dtype) == jnp.float64:
                     a = np.asarray(lowered(m, *args))
                     for p in (p for p in peers if hasattr(p, "fd_all")):
@@ -336,7 +384,10 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                         ref = p.fd_all(k)
                         scale = np.max(np.abs(ref), axis=1, keepdims=True)
                         row[f"fd_max_rel_diff_{p.name}"] = float(np.max(np.abs(a[:k] - ref) / scale))
+                        err = closure_error(m, "fd", args[0][:k], args[1][:k], jnp.asarray(ref))
+                        row[f"{p.name}_closure_error"] = err
                         msg += f"  diff {row[f'fd_max_rel_diff_{p.name}']:.1e}"
+                        msg += f" ({p.name} closure error {row[f'{p.name}_closure_error']:.1e})"
                 print(msg + f"  (compile {compile_s:.1f} s)", flush=True)
                 rows.append(row)
     return rows

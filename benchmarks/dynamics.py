@@ -1,6 +1,6 @@
 """Constrained forward dynamics per state: jaxmech (jit(vmap), KKT) against Pinocchio 4
 ``constraintDynamics`` (Python loop over the same states; its binding costs about 0.6 us a call).
-Protocol: /work/shared/BENCHMARKS.md.
+Protocol: docs/benchmarks.md.
 
 For each mechanism (Stewart free-platform and published-graph variants, four-bar, Cassie): closed
 states (actuated coordinates perturbed around q0 and assembled; Cassie, whose rough q0 does not

@@ -15,7 +15,7 @@
   then records the simulated time reached).
 
 float64 (reference) and float32. Compile time separate, runs blocked on the result. The process
-is pinned to one core (``--core``, default 0) as ``BENCHMARKS.md`` asks: on two cores MJX's batched
+is pinned to one core (``--core``, default 0) as ``docs/benchmarks.md`` asks: on two cores MJX's batched
 solver deadlocks XLA's CPU pool (seen in CI's smoke run; ``--no-pin`` to use every core).
 
     python benchmarks/rollout.py [--quick] [--budget SECONDS] [--dtypes float64 float32]

@@ -4,6 +4,7 @@ tables (row names, coordinate counts) agree with it and with Pinocchio's joint m
 from __future__ import annotations
 
 import numpy as np
+import pinocchio as pin
 import pytest
 from _shared import load
 from test_closure import _zoo
@@ -35,7 +36,6 @@ def test_compiled_row_names_come_from_the_row_types():
 
 
 def test_joint_type_counts_match_pinocchio_and_the_compiled_model():
-    pin = pytest.importorskip("pinocchio")
     models = {
         "revolute": pin.JointModelRZ(),
         "prismatic": pin.JointModelPZ(),

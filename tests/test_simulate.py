@@ -78,14 +78,14 @@ def _drift(mech, state, U, dt, integrator, halves):
     return err, ke, gap
 
 
-@pytest.mark.parametrize("integrator,order,dt,bound", [("euler", 1, DT, 1e-2), ("rk4", 2, 2 * DT, 1e-7)])
+@pytest.mark.parametrize("integrator,order,dt,bound", [("euler", 1, DT, 1e-2), ("rk4", 2, 2 * DT, 5e-9)])
 def test_energy_error_follows_the_integrator_order(passive_rollout, integrator, order, dt, bound):
     """Passive, undamped rollouts conserve energy up to the integrator's error: halving the step
     divides the largest energy error over the same time span by 2**order (semi-implicit Euler:
     first order, bounded; RK4 here: second order, since the dexp term of the free platform's
     rotation is dropped). The ratio must lie within [0.7, 1.5] * 2**order, and the error at dt
-    below ``bound`` * (max KE + 1 J) (measured: Euler 0.19 J at 1 ms with 31 J of kinetic energy,
-    ratio 2.0; RK4 1.8e-7 J at 2 ms with 115 J, ratio 4.2)."""
+    below ``bound`` * (max KE + 1 J), about 2-3x what it measures (Euler 0.19 J at 1 ms with 31 J of
+    kinetic energy, 5.9e-3, ratio 2.0; RK4 1.8e-7 J at 2 ms with 115 J, 1.6e-9, ratio 4.2)."""
     mech, Q, V, U, *_ = passive_rollout
     s = sim.SimState(Q, V)
     e1, ke, gap1 = _drift(mech, s, U, dt, integrator, 1)
