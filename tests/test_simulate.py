@@ -78,14 +78,15 @@ def _drift(mech, state, U, dt, integrator, halves):
     return err, ke, gap
 
 
-@pytest.mark.parametrize("integrator,order,dt,bound", [("euler", 1, DT, 1e-2), ("rk4", 2, 2 * DT, 5e-9)])
+@pytest.mark.parametrize("integrator,order,dt,bound", [("euler", 1, DT, 1e-2), ("rk4", 4, 2 * DT, 1e-9)])
 def test_energy_error_follows_the_integrator_order(passive_rollout, integrator, order, dt, bound):
     """Passive, undamped rollouts conserve energy up to the integrator's error: halving the step
     divides the largest energy error over the same time span by 2**order (semi-implicit Euler:
-    first order, bounded; RK4 here: second order, since the dexp term of the free platform's
-    rotation is dropped). The ratio must lie within [0.7, 1.5] * 2**order, and the error at dt
-    below ``bound`` * (max KE + 1 J), about 2-3x what it measures (Euler 0.19 J at 1 ms with 31 J of
-    kinetic energy, 5.9e-3, ratio 2.0; RK4 1.8e-7 J at 2 ms with 115 J, 1.6e-9, ratio 4.2)."""
+    first order, bounded; RK4: fourth order, the free platform's rotation included through the
+    chart's dexp^-1). The ratio must lie within [0.7, 1.5] * 2**order, and the error at dt below
+    ``bound`` * (max KE + 1 J), about 2-4x what it measures (Euler 0.19 J at 1 ms with 31 J of
+    kinetic energy, 5.9e-3, ratio 2.0; RK4 3.2e-8 J at 2 ms with 115 J, 2.8e-10, ratio 15.8; it was
+    1.8e-7 J and ratio 4.2 before the chart's dexp^-1, i.e. second order)."""
     mech, Q, V, U, *_ = passive_rollout
     s = sim.SimState(Q, V)
     e1, ke, gap1 = _drift(mech, s, U, dt, integrator, 1)
@@ -198,3 +199,25 @@ def test_eager_step_values_are_the_step_as_written():
     np.testing.assert_allclose(float(info.velocity_gap), float(ref_info.velocity_gap), rtol=0, atol=1e-14)
     limited = jm.step(mech, state, u, DT, limit_stiffness=np.full(mech.nv, 1e4), limit_damping=1.0)
     np.testing.assert_allclose(np.asarray(limited.q), np.asarray(new.q), rtol=0, atol=1e-14)
+
+
+def test_rk4_chart_rate_is_the_derivative_of_the_exponential_chart():
+    """RK4's stage rates on spherical and free joints: ``d/dt difference(q, (q (+) u) (+) xi t)`` at
+    t = 0 (central differences) equals ``(I + ad_u / 2 + ad_u^2 / 12) xi``; the plain body velocity
+    (the chart rate the integrator used before, which made it second order) is off by ~|u| |xi| / 2."""
+    from test_closure import _zoo
+
+    mech = _zoo()
+    t = mech.topo
+    assert t.sph_v.size and t.free_v.size
+    rng = np.random.default_rng(3)
+    q = jm.integrate(mech, mech.q0, jnp.asarray(rng.normal(size=mech.nv)))
+    u, xi = (jnp.asarray(0.1 * rng.normal(size=mech.nv)) for _ in range(2))
+    chart = jm.jit(lambda s: jm.difference(mech, q, jm.integrate(mech, jm.integrate(mech, q, u), xi, s)))
+    h = 1e-4
+    fd = (np.asarray(chart(h)) - np.asarray(chart(-h))) / (2 * h)
+    rate = np.asarray(sim._chart_rate(mech, u, xi))
+    idx = np.concatenate([t.sph_v.ravel(), t.free_v.ravel()])
+    np.testing.assert_allclose(rate[idx], fd[idx], rtol=0, atol=1e-7)  # series terms past ad_u^2: ~|u|^4 / 720
+    assert np.abs(np.asarray(xi)[idx] - fd[idx]).max() > 1e-3  # the correction matters at this |u|
+    np.testing.assert_array_equal(np.delete(rate, idx), np.delete(np.asarray(xi), idx))  # 1-D joints: v itself
