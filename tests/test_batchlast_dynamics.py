@@ -31,7 +31,7 @@ def _check(mech, n=8, seed=0):
     return Q, V
 
 
-@pytest.mark.slow  # 18 s (the zoo's two programs); by default the Stewart below, and every batched
+@pytest.mark.slow  # 18 s (the zoo's two programs); by default every batched
 # forward-dynamics check against Pinocchio (test_reference_dynamics, test_constrained), run these terms
 def test_every_joint_and_row_type_matches_the_per_state_code():
     """The zoo: free, spherical, universal, cylindrical, revolute, prismatic joints (the universal's
@@ -41,7 +41,9 @@ def test_every_joint_and_row_type_matches_the_per_state_code():
     _check(zoo)
 
 
-@pytest.mark.parametrize("name", ["stewart", pytest.param("excavator", marks=pytest.mark.slow)])
+# slow (the Stewart ~12 s): by default the batch-last path runs in every vmapped forward-dynamics check
+# against Pinocchio (test_constrained.py's Stewart, test_reference_dynamics.py's four-bar)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) for n in ("stewart", "excavator")])
 def test_shipped_robots_match_and_forward_dynamics_uses_them(name):
     mech = load(name)
     Q, V = _check(mech)

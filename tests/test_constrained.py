@@ -167,8 +167,9 @@ def _mp_reference(M, h, C, gamma, tau, dps=40):
 
 @pytest.mark.parametrize(
     "cfg",
-    [
-        "four_bar",
+    [  # all slow (the four-bar ~10 s): by default the four-bar's dynamics run against Pinocchio's M and h
+        # and independent closure rows, both methods (test_reference_dynamics.py)
+        pytest.param("four_bar", marks=pytest.mark.slow),
         pytest.param("excavator", marks=pytest.mark.slow),
         pytest.param("five_bar", marks=pytest.mark.slow),
         pytest.param("slider_crank", marks=pytest.mark.slow),

@@ -141,8 +141,9 @@ def _curvatures(mech):
 
 @pytest.mark.parametrize(
     "name",
-    [  # every row type is also checked by default in test_curvature_all_row_types
-        "stewart",
+    [  # all slow (the Stewart ~8 s): by default gamma runs against Pinocchio on every algebraic row type
+        # (test_reference_rows.py) and against autodiff on the four-bar's world pass (test_closure.py)
+        pytest.param("stewart", marks=_SLOW),
         *[
             pytest.param(n, marks=_SLOW)
             for n in ("four_bar", "excavator", "cassie", "five_bar", "slider_crank", "two_module")
