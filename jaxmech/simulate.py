@@ -216,16 +216,12 @@ def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray | None, v: 
 # ----------------------------------------------------------------------------- stepping
 
 
-def _ad(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
-    """Lie bracket of angular-first twists, (n, 6): ``(wa x wb, wa x vb + va x wb)``."""
-    w = jnp.cross(a[:, :3], b[:, :3])
-    return jnp.concatenate([w, jnp.cross(a[:, :3], b[:, 3:]) + jnp.cross(a[:, 3:], b[:, :3])], -1)
-
-
 def _chart_rate(mech: Mechanism, u: jnp.ndarray, v: jnp.ndarray) -> jnp.ndarray:
     """Rate of the chart coordinates ``u`` (nv,) of ``q (+) u`` moving at body velocity ``v`` (nv,):
     ``(I + ad_u / 2 + ad_u^2 / 12) v``, the inverse right Jacobian of the exponential to the terms a
     fourth-order method needs, on spherical (``ad_w x = w x x``) and free joints; ``v`` elsewhere."""
+    from .dynamics import _ad  # the spatial cross product of the tree passes
+
     t, out = mech.topo, v
     if t.sph_v.size:
         w, x = u[t.sph_v], v[t.sph_v]
