@@ -37,6 +37,7 @@ import numpy as np
 from ._entry import entry
 from ._once import where_needed
 from .active_set import Partition, default_active, involved_coordinates, partition  # noqa: F401  (jm.assembly.*)
+from .chunking import chunked
 from .closure import closure_residual_and_jacobian
 from .corrector import (
     AssemblyOptions,
@@ -358,6 +359,7 @@ def assemble(mech: Mechanism, q_guess, active=None, *, throw: bool = False, **op
 
 
 @entry(static_argnames=("active", "options"), prime_mobility=True)
+@chunked
 def _assemble_one(mech: Mechanism, q_guess, active, options: tuple) -> AssemblyResult:
     """:func:`assemble` without ``throw``; ``options`` as sorted ``(name, value)`` pairs."""
     opts = make_options(**dict(options))

@@ -38,6 +38,7 @@ import numpy as np
 
 from . import batchlast, lie
 from ._entry import entry
+from .chunking import chunked
 from .constraint_types import ROW_TYPES
 from .kinpass import (
     _world_poses,
@@ -223,6 +224,7 @@ def _world_group_terms(mech: Mechanism, Re, pe, cols, g: LoopGroup):
 
 
 @entry(static_argnames=("loops",))
+@chunked
 def closure_residual(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray:
     """Raw closure residual rows, shape (s,) (or the rows of the named ``loops`` only).
 
@@ -234,6 +236,7 @@ def closure_residual(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray
 
 
 @entry(static_argnames=("loops",))
+@chunked
 def closure_jacobian(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray:
     """Analytic closure Jacobian in velocity coordinates, ``C = D rho N``, shape (s, nv):
     ``d/dt rho(q) = C v``. Built from right-trivialized path derivatives and the inverse left
@@ -244,6 +247,7 @@ def closure_jacobian(mech: Mechanism, q: jnp.ndarray, loops=None) -> jnp.ndarray
 
 
 @entry(static_argnames=("loops",))
+@chunked
 def closure_residual_and_jacobian(mech: Mechanism, q: jnp.ndarray, loops=None):
     """Both at once (shares the path products): ((s,), (s, nv))."""
     if loops is None:

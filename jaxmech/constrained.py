@@ -62,6 +62,7 @@ import numpy as np
 
 from . import lapack, linalg
 from ._entry import entry
+from .chunking import chunked
 from .curvature import closure_terms_world
 from .dynamics import _rnea, _World, kinematics
 from .mechanism import Mechanism
@@ -412,6 +413,7 @@ def forward_dynamics(
 
 
 @entry(static_argnames=("options",), prime_mobility=True)
+@chunked
 def _forward_dynamics(mech: Mechanism, q, v, tau, f_ext, support, E, options: DynamicsOptions) -> ConstrainedDynamics:
     method, rtol, f_ext_reference = options.method, options.rtol, options.f_ext_reference
     if method == "auto":
@@ -536,6 +538,7 @@ def inverse_dynamics(
 
 
 @entry(static_argnames=("actuators", "options"), prime_mobility=True)
+@chunked
 def _inverse_dynamics(mech: Mechanism, q, v, a, f_ext, actuators, support, options: DynamicsOptions) -> InverseDynamics:
     rtol, f_ext_reference = options.rtol, options.f_ext_reference
     dt = q.dtype

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._entry import entry
+from .chunking import chunked
 from .closure import _dense_jacobian, _rows, _select_groups, _world_group_terms, closure_jacobian
 from .constraint_types import ROW_TYPES
 from .kinpass import integrate, mtv3
@@ -68,6 +69,7 @@ def _rows_bias(mech: Mechanism, g: LoopGroup, Delta, w, wb) -> jnp.ndarray:
 
 
 @entry(static_argnames=("loops",))
+@chunked
 def closure_bias(mech: Mechanism, q: jnp.ndarray, v: jnp.ndarray, loops=None) -> jnp.ndarray:
     """Analytic constraint curvature ``gamma = (d/dt C) v``, shape (s,) (or the rows of ``loops``).
 

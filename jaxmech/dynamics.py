@@ -43,6 +43,7 @@ import numpy as np
 
 from . import lapack, lie
 from ._entry import entry
+from .chunking import chunked
 from .curvature import joint_bias
 from .kinpass import (
     _frame_lookup,
@@ -301,6 +302,7 @@ def external_wrenches(mech: Mechanism, q: jnp.ndarray, f_ext, reference: str = "
 
 
 @entry(static_argnames=("f_ext_reference",))
+@chunked
 def rnea(mech: Mechanism, q, v, a, f_ext=None, f_ext_reference: str = "local") -> jnp.ndarray:
     """Recursive Newton-Euler inverse dynamics of the spanning tree, (nv,).
 
@@ -321,6 +323,7 @@ def _rnea(mech: Mechanism, w: _World, q, v, a, f_ext=None, f_ext_reference: str 
 
 
 @entry(static_argnames=("f_ext_reference",))
+@chunked
 def nonlinear_effects(mech: Mechanism, q, v, f_ext=None, f_ext_reference: str = "local") -> jnp.ndarray:
     """``h = C(q, v) v + g(q) + damping * v - J^T f_ext`` (nv,), i.e. ``rnea(q, v, 0)``."""
     return _rnea(mech, _World(mech, q), q, v, None, f_ext, f_ext_reference)
@@ -348,6 +351,7 @@ def bias_forces(mech: Mechanism, kin: Kinematics, v) -> jnp.ndarray:
 
 
 @entry()
+@chunked
 def crba(mech: Mechanism, q) -> jnp.ndarray:
     """Joint-space mass matrix ``M(q)`` (nv, nv), symmetric positive definite, armature included.
 
@@ -380,6 +384,7 @@ def _body_dofs(mech: Mechanism):
 
 
 @entry(static_argnames=("f_ext_reference",))
+@chunked
 def aba(mech: Mechanism, q, v, tau, f_ext=None, f_ext_reference: str = "local") -> jnp.ndarray:
     """Articulated-body forward dynamics of the spanning tree: ``a`` (nv,) with ``M a + h = tau``.
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import lie
 from ._entry import entry
+from .chunking import chunked
 from .mechanism import Mechanism
 
 
@@ -264,6 +265,7 @@ def _mm4(A: jnp.ndarray, B: jnp.ndarray) -> jnp.ndarray:
 
 
 @entry()
+@chunked
 def forward_kinematics(mech: Mechanism, q: jnp.ndarray) -> jnp.ndarray:
     """World poses of all moving bodies, shape (nb, 4, 4), in ``mech.body_names`` order. Under
     ``vmap`` the batch-last kernels of :mod:`jaxmech.batchlast` run (same formulas)."""

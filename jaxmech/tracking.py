@@ -39,6 +39,7 @@ from .assembly import (
     make_options,
     partition,
 )
+from .chunking import chunked
 from .closure import closure_jacobian
 from .corrector import _homotopy, defect_at, defected_residual_and_jacobian
 from .implicit import _attach
@@ -225,6 +226,7 @@ def _track_one(mech: Mechanism, q_start, active_path, active, options: tuple) ->
 
 
 @entry(static_argnames=("active", "options"), prime_mobility=True)
+@chunked
 def _track_rest(mech: Mechanism, first: AssemblyResult, active_path, active, options: tuple) -> TrackResult:
     """The continuation from the acquired first step ``first`` along ``active_path``."""
     opts = make_options(**dict(options))
