@@ -16,6 +16,7 @@ def test_slice_size_prefers_divisors_and_skips_small_batches():
     assert chunking.slice_size(4096) == 64
     assert chunking.slice_size(600) == 60  # a divisor near 64: no padded states
     assert chunking.slice_size(521) == 64  # prime: the last slice is padded
+    assert chunking.slice_size(4096, width=chunking.WIDE + 1) == 32  # wide models: smaller slices
 
 
 @pytest.mark.parametrize("size", [521, 600])
