@@ -37,6 +37,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
+from jax.custom_derivatives import SymbolicZero
 
 CHUNK = 64
 """States per slice (a divisor of the batch between ``CHUNK / 2`` and ``2 * CHUNK`` when there is
@@ -123,10 +124,22 @@ def _custom(fn: Callable, names: tuple, kw: dict) -> Callable:
     def f(*xs):
         return one(*xs)
 
-    @f.defjvp
     def _jvp(primals, tangents):
-        return jax.jvp(ref, primals, tangents)
+        """Forward mode of the function as written, over the perturbed leaves only (an unperturbed
+        input, e.g. the model in a fit of the states, gets no tangent work: 40 % of a model
+        gradient's run time on the Stewart when its zeros were instantiated)."""
+        flat, tree = jax.tree.flatten(primals)
+        dflat = tree.flatten_up_to(tangents)
+        live = [not isinstance(t, SymbolicZero) for t in dflat]
 
+        def g(*xs):
+            it = iter(xs)
+            return ref(*tree.unflatten([next(it) if on else x for x, on in zip(flat, live, strict=True)]))
+
+        pick = lambda ys: [y for y, on in zip(ys, live, strict=True) if on]  # noqa: E731
+        return jax.jvp(g, pick(flat), pick(dflat))
+
+    f.defjvp(_jvp, symbolic_zeros=True)
     return f
 
 
