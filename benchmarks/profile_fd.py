@@ -43,9 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def components(mech):
     """Stage name -> f(q, v, tau) of one state. Each stage is timed alone; the later stages take the
     earlier ones' outputs as inputs computed inside (so their time includes them: read differences)."""
-    from jaxmech.constrained import _Rows
     from jaxmech.curvature import closure_terms_world
     from jaxmech.dynamics import _rnea, _World
+    from jaxmech.kkt import Rows as _Rows
 
     def kin(q, v, t):
         k = jm.kinematics(mech, q)
@@ -130,7 +130,6 @@ def batchlast_components(mech):
 
 def kkt_only(mech, Q, V, T):
     """The KKT solve alone on precomputed (M, C, gamma, b): the linear algebra of fd_kkt."""
-    from jaxmech.constrained import _Rows
     from jaxmech.curvature import closure_terms_world
     from jaxmech.dynamics import _rnea, _World
 
@@ -144,10 +143,9 @@ def kkt_only(mech, Q, V, T):
     M, C, g, b = jm.jit(jax.vmap(pre))(Q, V, T)
 
     def solve(M, C, g, b):
-        from jaxmech.constrained import _kkt_dense
+        from jaxmech.kkt import solve as kkt_solve
 
-        rows = _Rows(C, g, jnp.ones(C.shape[0], M.dtype), 1e-9)
-        return _kkt_dense(M, rows, b)
+        return kkt_solve(M, C, g, jnp.ones(C.shape[0], M.dtype), b, 1e-9)
 
     def solve_blocks(M, C, g, b):
         from jaxmech.constrained import _kkt_solve, _to_blocks
@@ -211,7 +209,7 @@ def main():
                 fns[k], args_of[k] = compiled, (Q, V, T)
         if not args.only or "kkt_solve" in args.only:
             solve, solve_blocks, kargs = kkt_only(mech, Q, V, T)
-            items.append(("kkt_solve(+rank, LAPACK)", solve, kargs))
+            items.append(("kkt_solve(certified rank, LAPACK)", solve, kargs))
             items.append(("kkt_blocks(+rank, unrolled)", solve_blocks, kargs))
         for k, f, a in items:
             t0 = time.perf_counter()

@@ -30,6 +30,7 @@ from jax.custom_batching import custom_vmap
 
 from . import kinpass as kp
 from . import lie
+from ._as_written import jvp_rule
 from .constraint_types import ROW_TYPES
 from .kinpass import materialize
 from .mechanism import LoopGroup, Mechanism
@@ -420,8 +421,5 @@ def batched(ref, fast):
     def f(mech, *xs):
         return one(mech, *xs)
 
-    @f.defjvp
-    def _jvp(primals, tangents):
-        return jax.jvp(ref, primals, tangents)
-
+    f.defjvp(jvp_rule(ref), symbolic_zeros=True)  # ref as written, perturbed leaves only
     return f

@@ -37,7 +37,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
-from jax.custom_derivatives import SymbolicZero
+
+from ._as_written import jvp_rule
 
 CHUNK = 64
 """States per slice (a divisor of the batch between ``CHUNK / 2`` and ``2 * CHUNK`` when there is
@@ -124,22 +125,7 @@ def _custom(fn: Callable, names: tuple, kw: dict) -> Callable:
     def f(*xs):
         return one(*xs)
 
-    def _jvp(primals, tangents):
-        """Forward mode of the function as written, over the perturbed leaves only (an unperturbed
-        input, e.g. the model in a fit of the states, gets no tangent work: 40 % of a model
-        gradient's run time on the Stewart when its zeros were instantiated)."""
-        flat, tree = jax.tree.flatten(primals)
-        dflat = tree.flatten_up_to(tangents)
-        live = [not isinstance(t, SymbolicZero) for t in dflat]
-
-        def g(*xs):
-            it = iter(xs)
-            return ref(*tree.unflatten([next(it) if on else x for x, on in zip(flat, live, strict=True)]))
-
-        pick = lambda ys: [y for y, on in zip(ys, live, strict=True) if on]  # noqa: E731
-        return jax.jvp(g, pick(flat), pick(dflat))
-
-    f.defjvp(_jvp, symbolic_zeros=True)
+    f.defjvp(jvp_rule(ref), symbolic_zeros=True)  # the function as written, perturbed leaves only
     return f
 
 

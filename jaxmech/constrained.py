@@ -60,13 +60,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import lapack, linalg
+from . import kkt, lapack, linalg
 from ._entry import entry
 from .chunking import chunked
 from .curvature import closure_terms_world
 from .dynamics import _rnea, _World, kinematics
+from .kkt import Rows as _Rows
 from .mechanism import Mechanism
-from .rank import select_rows_ranked
 from .status import Status, messages
 
 # The codes of jaxmech.status (one numbering for every result); the messages in the dynamics' terms.
@@ -196,44 +196,6 @@ def dynamics_options(options: DynamicsOptions | None = None, **kwargs) -> Dynami
     return dataclasses.replace(base, **kwargs) if kwargs else base
 
 
-class _Rows:
-    """Rank-revealing selection of the active closure rows (fixed shapes, masks)."""
-
-    def __init__(self, C, gamma, row_mask, rtol):
-        s, nv = C.shape
-        self.C = C * row_mask[:, None]
-        self.gamma = gamma * row_mask
-        self.s, self.k = s, min(s, nv)
-        if self.k:
-            self.idx, self.rank = select_rows_ranked(jax.lax.stop_gradient(self.C), self.k, rtol)
-        else:
-            self.idx, self.rank = jnp.zeros(0, jnp.int32), jnp.zeros((), jnp.int32)
-        self.mask = (jnp.arange(self.k) < self.rank).astype(C.dtype)
-        self.Cs = self.C[self.idx] * self.mask[:, None]  # (k, nv)
-        self.gs = self.gamma[self.idx] * self.mask
-        self.pad = jnp.diag(1.0 - self.mask)
-
-    def scatter(self, lam_s):
-        return jnp.zeros(self.s, lam_s.dtype).at[self.idx].add(lam_s * self.mask)
-
-
-def _kkt_dense(M, rows: _Rows, b, L=None):
-    """``(a, lambda_s)`` on the selected rows with LAPACK: Cholesky ``M = L L^T`` (``L`` if given),
-    one forward substitution ``Z = L^-1 [b, C_s^T]``, ``K = Z_C^T Z_C``, ``lambda_s = K^-1
-    (-gamma_s - Z_C^T z_b)``, ``a = L^-T (z_b + Z_C lambda_s)``; then one correction of the
-    constraint violation with the same factors (see the module docstring)."""
-    L = lapack.cholesky(M) if L is None else L
-    if rows.k == 0:
-        return lapack.cho_solve(L, b), jnp.zeros(0, M.dtype)
-    Z = lapack.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), True, False)
-    zb, ZC = Z[:, 0], Z[:, 1:]
-    Lk = lapack.cholesky(ZC.T @ ZC + rows.pad)
-    lam_s = lapack.cho_solve(Lk, -rows.gs - ZC.T @ zb)
-    a = lapack.solve_triangular(L, zb + ZC @ lam_s, True, True)
-    dlam = lapack.cho_solve(Lk, -rows.gs - rows.Cs @ a)
-    return a + lapack.solve_triangular(L, ZC @ dlam, True, True), lam_s + dlam
-
-
 def block_structure(mech: Mechanism) -> linalg.BlockKKT:
     """The static :class:`jaxmech.linalg.BlockKKT` of ``mech`` (built once per topology)."""
     topo = mech.topo
@@ -305,10 +267,10 @@ def _kkt_solve(mech: Mechanism, Mb, Cc, gc, row_mask, b, rtol):
     return a, lam_full, rank, err, cmax
 
 
-def _finish(rows: _Rows, C, gamma, a, lam):
+def _finish(rank, C, gamma, a, lam):
     err = jnp.max(jnp.abs(C @ a + gamma)) if C.shape[0] else jnp.zeros((), a.dtype)
     cmax = jnp.max(jnp.abs(C), initial=0.0)
-    return _result(a, lam, rows.rank, err, jnp.max(jnp.abs(gamma), initial=0.0), cmax)
+    return _result(a, lam, rank, err, jnp.max(jnp.abs(gamma), initial=0.0), cmax)
 
 
 def _result(a, lam, rank, err, gmax, cmax):
@@ -441,10 +403,10 @@ def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=Non
     """``method`` "kkt" or "projected" on the dense terms (``b = tau - h``); ``L``: the Cholesky
     factor of ``M`` when the caller has it (``kkt``)."""
     dt = M.dtype
+    if method == "kkt":  # the natural-order solve where certified, else the pivoted-QR selection
+        a, lam, rank = kkt.solve(M, C, gamma, mask, b, rtol, L)
+        return _finish(rank, C * mask[:, None], gamma * mask, a, lam)
     rows = _Rows(C, gamma, mask, rtol)
-    if method == "kkt":
-        a, lam_s = _kkt_dense(M, rows, b, L)
-        return _finish(rows, rows.C, rows.gamma, a, rows.scatter(lam_s) if rows.k else jnp.zeros(rows.s, dt))
     # projected
     G = rows.Cs @ rows.Cs.T + rows.pad  # Gram of the selected rows
     Lg = lapack.cholesky(G) if rows.k else None
@@ -466,7 +428,7 @@ def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=Non
     lam = jnp.zeros(rows.s, dt)
     if rows.k:
         lam = rows.scatter(lapack.cho_solve(Lg, rows.Cs @ (M @ a - b)))
-    return _finish(rows, rows.C, rows.gamma, a, lam)
+    return _finish(rows.rank, rows.C, rows.gamma, a, lam)
 
 
 def dynamics_and_mass(mech: Mechanism, q, v, tau, method: str = "auto"):

@@ -1,0 +1,150 @@
+"""The dense KKT solve of constrained forward dynamics, with its rank-revealing row selection.
+
+One state: ``M a - C^T lambda = b`` (``b = tau - h``), ``C a + gamma = 0``, with ``C`` (s, nv) the
+closure rows (masked-out rows zeroed) and ``M`` (nv, nv) the mass matrix. The solve runs on ``k =
+min(s, nv)`` rows chosen by :class:`Rows` (a pivoted QR of ``C^T`` gives independent rows and the
+rank), then :func:`kkt_dense` (Cholesky of ``M``, one forward substitution, Cholesky of the Schur
+complement, one correction step; :mod:`jaxmech.constrained` gives the equations).
+
+**Skipping the selection where a certificate shows it chooses every row** (:func:`solve`). The
+pivoted QR costs 5 us of a batched Stewart forward dynamics (about a third, ``benchmarks/PROFILE.md``,
+sessions 35 and 48), and on a regular state it selects every active row, so its only effect is the
+order of the rows. With ``s <= nv`` the solve first runs on the rows in their natural order (masked
+rows padded with the identity). Its own factors bound the condition of the active rows: ``C^T = L
+Z`` with ``M = L L^T`` and ``Z^T Z = L_k L_k^T``, so ``sigma_min(C) >= sigma_min(L)
+sigma_min(L_k)``; for a triangular ``T`` with positive diagonal, ``|T^-1| <= M(T)^-1`` entrywise
+(``M(T)``, the comparison matrix: ``|T_ii|`` on the diagonal, ``-|T_ij|`` off it), so one solve
+``M(T) y = 1`` gives ``sigma_min(T) >= 1 / (sqrt(n) max y)``; and ``sigma_max(C) <= ||C||_F``.
+The QR's rank counts pivots ``|R_ii| > rtol |R_00|``, and every ``|R_ii| >= sigma_min(C)``,
+``|R_00| <= sigma_max(C)``: a bound below ``1 / rtol`` certifies that the QR keeps every active
+row, so the natural-order solution is the selected one (the same ``a`` and ``lambda`` up to
+round-off; the rows' order does not change the solution). States that are not certified (redundant
+rows, e.g. a planar loop closed by a revolute cut; singular states; masks that leave more rows than
+speeds) run the QR path in a ``while_loop`` of at most one pass (:func:`jaxmech._once.where_needed`),
+so a vmapped batch pays for it only when one of its states needs it.
+
+Derivatives are those of the QR path as written (a ``custom_jvp``: the one-pass loop has no
+reverse mode), i.e. unchanged: the selection is a discrete choice on ``stop_gradient(C)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from . import lapack
+from ._as_written import jvp_rule
+from ._once import where_needed
+from .rank import select_rows_ranked
+
+Array = jnp.ndarray
+
+
+class Rows:
+    """Rank-revealing selection of the active closure rows (fixed shapes, masks): ``C`` (s, nv) and
+    ``gamma`` (s,) with the ``row_mask`` (s,) applied; ``idx`` (k,) the selected rows, ``k = min(s,
+    nv)``, the first ``rank`` of them used (``mask`` (k,)); ``Cs`` (k, nv), ``gs`` (k,) the selected
+    rows with the unused ones zeroed and ``pad`` (k, k) the identity on them."""
+
+    def __init__(self, C, gamma, row_mask, rtol, natural: bool = False):
+        s, nv = C.shape
+        self.C = C * row_mask[:, None]
+        self.gamma = gamma * row_mask
+        self.s, self.k = s, min(s, nv)
+        if natural:  # every row, in order (s <= nv); masked rows padded
+            if s > nv:
+                raise ValueError(f"Rows(natural=True) needs s <= nv, got s={s}, nv={nv}")
+            self.idx = jnp.arange(s, dtype=jnp.int32)
+            self.rank = jnp.sum(row_mask > 0).astype(jnp.int32)
+            self.mask = (row_mask > 0).astype(C.dtype)
+            self.Cs, self.gs = self.C, self.gamma
+            self.pad = jnp.diag(1.0 - self.mask)
+            return
+        if self.k:
+            self.idx, self.rank = select_rows_ranked(jax.lax.stop_gradient(self.C), self.k, rtol)
+        else:
+            self.idx, self.rank = jnp.zeros(0, jnp.int32), jnp.zeros((), jnp.int32)
+        self.mask = (jnp.arange(self.k) < self.rank).astype(C.dtype)
+        self.Cs = self.C[self.idx] * self.mask[:, None]  # (k, nv)
+        self.gs = self.gamma[self.idx] * self.mask
+        self.pad = jnp.diag(1.0 - self.mask)
+
+    def scatter(self, lam_s):
+        """Multipliers (s,) from those of the selected rows (k,) (0 on dropped rows)."""
+        return jnp.zeros(self.s, lam_s.dtype).at[self.idx].add(lam_s * self.mask)
+
+
+def kkt_dense(M, rows: Rows, b, L=None):
+    """``(a, lambda_s, L_k)`` on the selected rows with LAPACK: Cholesky ``M = L L^T`` (``L`` if
+    given), one forward substitution ``Z = L^-1 [b, C_s^T]``, ``K = Z_C^T Z_C = L_k L_k^T``,
+    ``lambda_s = K^-1 (-gamma_s - Z_C^T z_b)``, ``a = L^-T (z_b + Z_C lambda_s)``; then one
+    correction of the constraint violation with the same factors (:mod:`jaxmech.constrained`).
+    ``L_k`` (k, k) is None when no row is selected."""
+    L = lapack.cholesky(M) if L is None else L
+    if rows.k == 0:
+        return lapack.cho_solve(L, b), jnp.zeros(0, M.dtype), None
+    Z = lapack.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), True, False)
+    zb, ZC = Z[:, 0], Z[:, 1:]
+    Lk = lapack.cholesky(ZC.T @ ZC + rows.pad)
+    lam_s = lapack.cho_solve(Lk, -rows.gs - ZC.T @ zb)
+    a = lapack.solve_triangular(L, zb + ZC @ lam_s, True, True)
+    dlam = lapack.cho_solve(Lk, -rows.gs - rows.Cs @ a)
+    return a + lapack.solve_triangular(L, ZC @ dlam, True, True), lam_s + dlam, Lk
+
+
+def sigma_min_lower(T: Array) -> Array:
+    """A lower bound of the smallest singular value of lower-triangular ``T`` (n, n) with a positive
+    diagonal: ``1 / (sqrt(n) max y)``, ``M(T) y = 1`` with ``M(T)`` the comparison matrix (module
+    docstring). 0 where the bound is not finite (e.g. a NaN factor). Scalar; not differentiated."""
+    T = jax.lax.stop_gradient(T)
+    n = T.shape[-1]
+    d = jnp.abs(jnp.diagonal(T))
+    comparison = jnp.diag(d) - jnp.tril(jnp.abs(T), -1)
+    y = lapack.solve_triangular(comparison, jnp.ones(n, T.dtype), True, False)
+    ymax = jnp.max(y)
+    ok = jnp.isfinite(ymax) & (ymax > 0) & jnp.all(d > 0)
+    return jnp.where(ok, 1.0 / (math.sqrt(n) * jnp.where(ok, ymax, 1.0)), 0.0)
+
+
+def certified(L: Array, Lk: Array, C: Array, rtol: float) -> Array:
+    """True where ``||C||_F / (sigma_min_lower(L) sigma_min_lower(L_k)) < 1 / rtol``: the
+    column-pivoted QR of ``C^T`` (s, nv; masked rows zero, ``L_k`` padded on them) counts every
+    active row as independent (module docstring). Bool scalar."""
+    C = jax.lax.stop_gradient(C)
+    lo = sigma_min_lower(L) * sigma_min_lower(Lk)
+    tiny = jnp.finfo(C.dtype).tiny
+    return (lo > tiny) & (jnp.sqrt(jnp.sum(C * C)) * rtol < lo)
+
+
+def _selected(M, C, gamma, mask, b, L, rtol):
+    """``(a, lambda, rank)`` on the rows the pivoted QR selects (the path as written)."""
+    rows = Rows(C, gamma, mask, rtol)
+    a, lam_s, _ = kkt_dense(M, rows, b, L)
+    lam = rows.scatter(lam_s) if rows.k else jnp.zeros(rows.s, M.dtype)
+    return a, lam, rows.rank
+
+
+def solve(M, C, gamma, mask, b, rtol: float, L=None):
+    """``(a, lambda, rank)``: accelerations (nv,), multipliers (s,) and the rank of the active rows
+    for ``M`` (nv, nv), ``C`` (s, nv), ``gamma`` (s,), ``mask`` (s,) the active rows (1 / 0), ``b``
+    (nv,), ``L`` the Cholesky factor of ``M`` if the caller has it. The natural-order solve where
+    certified, the pivoted-QR selection elsewhere (module docstring); derivatives of the latter."""
+    L = lapack.cholesky(M) if L is None else L
+    s, nv = C.shape
+    if s == 0 or s > nv:
+        return _selected(M, C, gamma, mask, b, L, rtol)
+
+    def ref(M, C, gamma, mask, b, L):
+        return _selected(M, C, gamma, mask, b, L, rtol)
+
+    @jax.custom_jvp
+    def fast(M, C, gamma, mask, b, L):
+        rows = Rows(C, gamma, mask, rtol, natural=True)
+        a, lam, Lk = kkt_dense(M, rows, b, L)
+        ok = certified(L, Lk, rows.C, rtol)
+        return where_needed(~ok, ref, (a, lam, rows.rank), M, C, gamma, mask, b, L)
+
+    fast.defjvp(jvp_rule(ref), symbolic_zeros=True)
+    return fast(M, C, gamma, mask, b, L)
