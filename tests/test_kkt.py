@@ -103,6 +103,7 @@ def stewart_states():
     return mech, Q, jnp.asarray(rng.normal(size=(16, mech.nv))), jnp.asarray(rng.normal(size=(16, mech.nv)))
 
 
+@pytest.mark.slow  # 7 s cold; the default tier compares the Stewart's forward dynamics with Pinocchio
 def test_stewart_forward_dynamics_certified_and_unchanged(stewart_states):
     """The Stewart's 18 rows are certified at every closed state, and forward dynamics equals the
     pivoted-QR path's to round-off (issue 12: the QR was 5 of its 19 us per state)."""
