@@ -399,12 +399,22 @@ def _forward_dynamics(mech: Mechanism, q, v, tau, f_ext, support, E, options: Dy
     return _dense_solve(mech, method, M, C, gamma, tau - h, mask, rtol, E)
 
 
+def independent_rows(mech: Mechanism) -> bool:
+    """Static: the closure rows are independent at the model's reference pose (``mobility = nv -
+    s``), so the KKT solve first tries them all in natural order (:func:`jaxmech.kkt.solve`); False
+    for dependent rows (Kangaroo's and the planar linkages' revolute cuts) or an unknown mobility."""
+    from .independent import mobility
+
+    d = mobility(mech) if mech.n_rows else None
+    return d is not None and mech.nv - d == mech.n_rows
+
+
 def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=None, L=None) -> ConstrainedDynamics:
     """``method`` "kkt" or "projected" on the dense terms (``b = tau - h``); ``L``: the Cholesky
     factor of ``M`` when the caller has it (``kkt``)."""
     dt = M.dtype
     if method == "kkt":  # the natural-order solve where certified, else the pivoted-QR selection
-        a, lam, rank = kkt.solve(M, C, gamma, mask, b, rtol, L)
+        a, lam, rank = kkt.solve(M, C, gamma, mask, b, rtol, L, independent_rows(mech))
         return _finish(rank, C * mask[:, None], gamma * mask, a, lam)
     rows = _Rows(C, gamma, mask, rtol)
     # projected

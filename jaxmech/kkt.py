@@ -85,13 +85,35 @@ def kkt_dense(M, rows: Rows, b, L=None):
     L = lapack.cholesky(M) if L is None else L
     if rows.k == 0:
         return lapack.cho_solve(L, b), jnp.zeros(0, M.dtype), None
+    a, lam_s, Lk, ZC = _schur(L, rows, b)
+    a, lam_s = _refine(L, Lk, ZC, rows.Cs, rows.gs, a, lam_s)
+    return a, lam_s, Lk
+
+
+def _schur(L, rows: Rows, b):
+    """The Schur-complement solve of :func:`kkt_dense` without its correction: ``(a, lambda_s, L_k,
+    Z_C)``."""
     Z = lapack.solve_triangular(L, jnp.concatenate([b[:, None], rows.Cs.T], 1), True, False)
     zb, ZC = Z[:, 0], Z[:, 1:]
     Lk = lapack.cholesky(ZC.T @ ZC + rows.pad)
     lam_s = lapack.cho_solve(Lk, -rows.gs - ZC.T @ zb)
-    a = lapack.solve_triangular(L, zb + ZC @ lam_s, True, True)
-    dlam = lapack.cho_solve(Lk, -rows.gs - rows.Cs @ a)
-    return a + lapack.solve_triangular(L, ZC @ dlam, True, True), lam_s + dlam, Lk
+    return lapack.solve_triangular(L, zb + ZC @ lam_s, True, True), lam_s, Lk, ZC
+
+
+def _refine(L, Lk, ZC, Cs, gs, a, lam_s):
+    """One correction of the rows' violation ``C_s a + gamma_s`` with the same factors: the Newton
+    step of the constraint rows in the metric of ``M``."""
+    dlam = lapack.cho_solve(Lk, -gs - Cs @ a)
+    return a + lapack.solve_triangular(L, ZC @ dlam, True, True), lam_s + dlam
+
+
+def at_roundoff(Cs, gs, a) -> Array:
+    """True where ``max |C_s a + gamma_s| <= 16 eps (1 + max |gamma_s| + max |C_s| max |a|)``: the
+    rows hold to round-off, so the correction of :func:`_refine` would change nothing that the
+    status check (``sqrt(eps)`` on the same scale) or the accuracy tests can see. Bool scalar."""
+    eps = jnp.finfo(a.dtype).eps
+    scale = 1.0 + jnp.max(jnp.abs(gs)) + jnp.max(jnp.abs(Cs)) * jnp.max(jnp.abs(a))
+    return jnp.max(jnp.abs(Cs @ a + gs)) <= 16 * eps * scale
 
 
 def sigma_min_lower(T: Array) -> Array:
@@ -126,14 +148,16 @@ def _selected(M, C, gamma, mask, b, L, rtol):
     return a, lam, rows.rank
 
 
-def solve(M, C, gamma, mask, b, rtol: float, L=None):
+def solve(M, C, gamma, mask, b, rtol: float, L=None, independent_rows: bool = True):
     """``(a, lambda, rank)``: accelerations (nv,), multipliers (s,) and the rank of the active rows
     for ``M`` (nv, nv), ``C`` (s, nv), ``gamma`` (s,), ``mask`` (s,) the active rows (1 / 0), ``b``
     (nv,), ``L`` the Cholesky factor of ``M`` if the caller has it. The natural-order solve where
-    certified, the pivoted-QR selection elsewhere (module docstring); derivatives of the latter."""
+    certified, the pivoted-QR selection elsewhere (module docstring); derivatives of the latter.
+    ``independent_rows=False`` (static: the model's rows are dependent at its reference pose, e.g.
+    planar loops closed by revolute cuts) goes straight to the selection, which such states need."""
     L = lapack.cholesky(M) if L is None else L
     s, nv = C.shape
-    if s == 0 or s > nv:
+    if s == 0 or s > nv or not independent_rows:
         return _selected(M, C, gamma, mask, b, L, rtol)
 
     def ref(M, C, gamma, mask, b, L):
@@ -142,7 +166,9 @@ def solve(M, C, gamma, mask, b, rtol: float, L=None):
     @jax.custom_jvp
     def fast(M, C, gamma, mask, b, L):
         rows = Rows(C, gamma, mask, rtol, natural=True)
-        a, lam, Lk = kkt_dense(M, rows, b, L)
+        a, lam, Lk, ZC = _schur(L, rows, b)
+        fix = ~at_roundoff(rows.Cs, rows.gs, a)  # the correction only where it corrects something
+        a, lam = where_needed(fix, _refine, (a, lam), L, Lk, ZC, rows.Cs, rows.gs, a, lam)
         ok = certified(L, Lk, rows.C, rtol)
         return where_needed(~ok, ref, (a, lam, rows.rank), M, C, gamma, mask, b, L)
 

@@ -14,12 +14,15 @@ from jaxmech import kkt, lapack
 RTOL = 1e-9
 
 
-def _system(seed, nv=7, s=5, redundant=False, scale=1.0):
-    """A random SPD M (nv, nv), closure rows C (s, nv) (row 3 = row 0 + row 1 when redundant),
-    gamma (s,) consistent with the rows, b (nv,)."""
+def _system(seed, nv=7, s=5, redundant=False, scale=1.0, cond=None):
+    """A random SPD M (nv, nv) (condition ``cond`` if given), closure rows C (s, nv) (row 3 = row 0
+    + row 1 when redundant), gamma (s,) consistent with the rows, b (nv,)."""
     rng = np.random.default_rng(seed)
     A = rng.normal(size=(nv, nv))
     M = A @ A.T + nv * np.eye(nv)
+    if cond is not None:  # light links: Kangaroo's M has cond ~3e8
+        U = np.linalg.qr(A)[0]
+        M = (U * np.logspace(0, -np.log10(cond), nv)) @ U.T
     C = scale * rng.normal(size=(s, nv))
     if redundant:
         C[3] = C[0] + C[1]
@@ -47,16 +50,28 @@ def test_certified_states_agree_with_the_selection_and_others_take_it():
     """One vmap over regular, redundant (rank 4 of 5), masked and badly scaled systems: every state's
     accelerations, multipliers and rank equal the pivoted-QR path's; the certificate holds exactly
     for the states whose active rows have full rank."""
-    systems = [_system(0), _system(1, redundant=True), _system(2), _system(3, scale=1e-12)]
-    masks = [np.ones(5), np.ones(5), np.array([1.0, 0.0, 1.0, 1.0, 0.0]), np.ones(5)]
+    systems = [_system(0), _system(1, redundant=True), _system(2), _system(3, scale=1e-12), _system(6, cond=1e12)]
+    masks = [np.ones(5), np.ones(5), np.array([1.0, 0.0, 1.0, 1.0, 0.0]), np.ones(5), np.ones(5)]
     M, C, gamma, b = (jnp.stack(x) for x in zip(*systems, strict=True))
     mask = jnp.asarray(np.stack(masks))
     got = jax.jit(jax.vmap(lambda *x: kkt.solve(*x, RTOL)))(M, C, gamma, mask, b)
     want = jax.jit(jax.vmap(_selected))(M, C, gamma, mask, b)
-    np.testing.assert_array_equal(got[2], [5, 4, 3, 5])
+    np.testing.assert_array_equal(got[2], [5, 4, 3, 5, 5])
     np.testing.assert_array_equal(got[2], want[2])
     for g, w in zip(got[:2], want[:2], strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(g, w, rtol=1e-8, atol=1e-10)
+    # the rows hold to round-off everywhere, also where M's condition made the correction step run
+    Cm, gm = C * mask[..., None], gamma * mask
+    viol = jnp.max(jnp.abs(jnp.einsum("bsn,bn->bs", Cm, got[0]) + gm), 1)
+    scale = 1 + jnp.max(jnp.abs(gm), 1) + jnp.max(jnp.abs(Cm), (1, 2)) * jnp.max(jnp.abs(got[0]), 1)
+    assert float(jnp.max(viol / scale)) < 64 * np.finfo(np.float64).eps
+
+    def first_solve_at_roundoff(M, C, gamma, mask, b):
+        rows = kkt.Rows(C, gamma, mask, RTOL, natural=True)
+        a = kkt._schur(lapack.cholesky(M), rows, b)[0]
+        return kkt.at_roundoff(rows.Cs, rows.gs, a)
+
+    assert not bool(jax.vmap(first_solve_at_roundoff)(M, C, gamma, mask, b)[4])
 
     def cert(M, C, gamma, mask, b):
         L = lapack.cholesky(M)
@@ -64,7 +79,7 @@ def test_certified_states_agree_with_the_selection_and_others_take_it():
         return kkt.certified(L, kkt.kkt_dense(M, rows, b, L)[2], rows.C, RTOL)
 
     # rows scaled by 1e-12 are still independent (the rank is relative): certified
-    np.testing.assert_array_equal(jax.vmap(cert)(M, C, gamma, mask, b), [True, False, True, True])
+    np.testing.assert_array_equal(jax.vmap(cert)(M, C, gamma, mask, b), [True, False, True, True, True])
 
 
 def test_derivatives_are_those_of_the_selection():
