@@ -409,13 +409,18 @@ def _forward_dynamics(mech: Mechanism, q, v, tau, f_ext, support, E, options: Dy
 
 
 def independent_rows(mech: Mechanism) -> bool:
-    """Static: the closure rows are independent at the model's reference pose (``mobility = nv -
-    s``), so the KKT solve first tries them all in natural order (:func:`jaxmech.kkt.solve`); False
-    for dependent rows (Kangaroo's and the planar linkages' revolute cuts) or an unknown mobility."""
+    """Static: whether the dense KKT solve first tries every row in natural order
+    (:func:`jaxmech.kkt.solve`). False when the rows are dependent at the model's reference pose
+    (``mobility > nv - s``: Kangaroo's and the planar linkages' revolute cuts), which would pay for
+    the attempt and the QR. When the mobility is unknown (a traced model whose topology has not been
+    seen concrete: call ``jm.mobility(mech)`` once), the attempt is made whenever ``s <= nv``; the
+    certificate keeps the results right either way."""
     from .independent import mobility
 
-    d = mobility(mech) if mech.n_rows else None
-    return d is not None and mech.nv - d == mech.n_rows
+    if not mech.n_rows or mech.n_rows > mech.nv:
+        return False
+    d = mobility(mech)
+    return d is None or mech.nv - d == mech.n_rows
 
 
 def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=None, L=None) -> ConstrainedDynamics:

@@ -138,3 +138,16 @@ def test_stewart_forward_dynamics_certified_and_unchanged(stewart_states):
     np.testing.assert_array_equal(res.rank, rank)
     np.testing.assert_allclose(res.a, a, rtol=1e-11, atol=1e-11)
     np.testing.assert_allclose(res.multipliers, lam, rtol=1e-11, atol=1e-11)
+
+
+def test_which_models_try_the_natural_order(monkeypatch):
+    """From the static mobility: the Stewart's 18 rows are independent (tried in natural order); the
+    four-bar's 5 rows on 3 speeds never are. An unknown mobility (a traced model of a topology not
+    seen concrete) tries whenever there are no more rows than speeds."""
+    from jaxmech import independent
+    from jaxmech.constrained import independent_rows
+
+    stewart, four_bar = load("stewart"), load("four_bar")
+    assert independent_rows(stewart) and not independent_rows(four_bar)
+    monkeypatch.setattr(independent, "mobility", lambda mech, rtol=1e-9: None)
+    assert independent_rows(stewart) and not independent_rows(four_bar)
