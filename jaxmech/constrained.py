@@ -423,13 +423,14 @@ def independent_rows(mech: Mechanism) -> bool:
     return d is None or mech.nv - d == mech.n_rows
 
 
-def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=None, L=None) -> ConstrainedDynamics:
-    """``method`` "kkt" or "projected" on the dense terms (``b = tau - h``); ``L``: the Cholesky
-    factor of ``M`` when the caller has it (``kkt``)."""
+def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=None, factor=False):
+    """``method`` "kkt" or "projected" on the dense terms (``b = tau - h``). ``factor=True``
+    (``kkt``): also return the Cholesky factor of ``M`` the solve made."""
     dt = M.dtype
     if method == "kkt":  # the natural-order solve where certified, else the pivoted-QR selection
-        a, lam, rank = kkt.solve(M, C, gamma, mask, b, rtol, L, independent_rows(mech))
-        return _finish(rank, C * mask[:, None], gamma * mask, a, lam)
+        a, lam, rank, L = kkt.solve(M, C, gamma, mask, b, rtol, independent_rows(mech))
+        res = _finish(rank, C * mask[:, None], gamma * mask, a, lam)
+        return (res, L) if factor else res
     rows = _Rows(C, gamma, mask, rtol)
     # projected
     G = rows.Cs @ rows.Cs.T + rows.pad  # Gram of the selected rows
@@ -471,8 +472,7 @@ def dynamics_and_mass(mech: Mechanism, q, v, tau, method: str = "auto"):
     dt = q.dtype
     M, h, C, gamma = _terms_batched()(mech, q, v)
     mask = jnp.ones(mech.n_rows, dt)
-    L = lapack.cholesky(M)
-    return _dense_solve(mech, method, M, C, gamma, tau - h, mask, _default_rtol(dt), L=L), L
+    return _dense_solve(mech, method, M, C, gamma, tau - h, mask, _default_rtol(dt), factor=True)
 
 
 # the compiled path eager calls take, and the functions as written (as on every entry function)

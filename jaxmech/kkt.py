@@ -30,11 +30,12 @@ reverse mode), i.e. unchanged: the selection is a discrete choice on ``stop_grad
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 
-from . import lapack
+from . import lapack, native
 from ._as_written import jvp_rule
 from ._once import where_needed
 from .rank import select_rows_ranked
@@ -148,29 +149,53 @@ def _selected(M, C, gamma, mask, b, L, rtol):
     return a, lam, rows.rank
 
 
-def solve(M, C, gamma, mask, b, rtol: float, L=None, independent_rows: bool = True):
-    """``(a, lambda, rank)``: accelerations (nv,), multipliers (s,) and the rank of the active rows
-    for ``M`` (nv, nv), ``C`` (s, nv), ``gamma`` (s,), ``mask`` (s,) the active rows (1 / 0), ``b``
-    (nv,), ``L`` the Cholesky factor of ``M`` if the caller has it. The natural-order solve where
-    certified, the pivoted-QR selection elsewhere (module docstring); derivatives of the latter.
-    ``independent_rows=False`` (static: the model's rows are dependent at its reference pose, e.g.
-    planar loops closed by revolute cuts) goes straight to the selection, which such states need."""
-    L = lapack.cholesky(M) if L is None else L
-    s, nv = C.shape
-    if s == 0 or s > nv or not independent_rows:
-        return _selected(M, C, gamma, mask, b, L, rtol)
+def _natural_lapack(M, C, gamma, mask, b, rtol):
+    """``(a, lambda, L, ok)`` of the natural-order solve with LAPACK: the factor of ``M`` and the
+    certificate of :func:`certified` (correction only where :func:`at_roundoff` fails)."""
+    L = lapack.cholesky(M)
+    rows = Rows(C, gamma, mask, rtol, natural=True)
+    a, lam, Lk, ZC = _schur(L, rows, b)
+    fix = ~at_roundoff(rows.Cs, rows.gs, a)  # the correction only where it corrects something
+    a, lam = where_needed(fix, _refine, (a, lam), L, Lk, ZC, rows.Cs, rows.gs, a, lam)
+    return a, lam, L, certified(L, Lk, rows.C, rtol)
 
-    def ref(M, C, gamma, mask, b, L):
-        return _selected(M, C, gamma, mask, b, L, rtol)
+
+def _natural_native(M, C, gamma, mask, b, rtol):
+    """:func:`_natural_lapack` in one native call per batch (:func:`jaxmech.native.kkt_natural`)."""
+    rows = Rows(C, gamma, mask, rtol, natural=True)
+    L, a, lam, ok = native.kkt_natural(M, rows.Cs, rows.gs, rows.mask, b, rtol)
+    return a, lam, L, ok
+
+
+def solve(M, C, gamma, mask, b, rtol: float, independent_rows: bool = True):
+    """``(a, lambda, rank, L)``: accelerations (nv,), multipliers (s,), the rank of the active rows
+    and the lower Cholesky factor ``L`` (nv, nv) of ``M`` (the rollout's velocity projection reuses
+    it) for ``M`` (nv, nv), ``C`` (s, nv), ``gamma`` (s,), ``mask`` (s,) the active rows (1 / 0),
+    ``b`` (nv,). The natural-order solve where certified (on the CPU in one native kernel call,
+    :mod:`jaxmech.native`, where it is built), the pivoted-QR selection elsewhere (module
+    docstring); derivatives of the latter. ``independent_rows=False`` (static: the model's rows are
+    dependent at its reference pose, e.g. planar loops closed by revolute cuts) goes straight to
+    the selection, which such states need."""
+    s, nv = C.shape
+
+    def ref(M, C, gamma, mask, b):
+        L = lapack.cholesky(M)
+        return _selected(M, C, gamma, mask, b, L, rtol) + (L,)
+
+    if s == 0 or s > nv or not independent_rows:
+        return ref(M, C, gamma, mask, b)
 
     @jax.custom_jvp
-    def fast(M, C, gamma, mask, b, L):
-        rows = Rows(C, gamma, mask, rtol, natural=True)
-        a, lam, Lk, ZC = _schur(L, rows, b)
-        fix = ~at_roundoff(rows.Cs, rows.gs, a)  # the correction only where it corrects something
-        a, lam = where_needed(fix, _refine, (a, lam), L, Lk, ZC, rows.Cs, rows.gs, a, lam)
-        ok = certified(L, Lk, rows.C, rtol)
-        return where_needed(~ok, ref, (a, lam, rows.rank), M, C, gamma, mask, b, L)
+    def fast(M, C, gamma, mask, b):
+        args = (M, C, gamma, mask, b)
+        if native.available(M.dtype):
+            a, lam, L, ok = jax.lax.platform_dependent(
+                *args, cpu=partial(_natural_native, rtol=rtol), default=partial(_natural_lapack, rtol=rtol)
+            )
+        else:
+            a, lam, L, ok = _natural_lapack(*args, rtol)
+        rank = jnp.sum(mask > 0).astype(jnp.int32)
+        return where_needed(~ok, ref, (a, lam, rank, L), *args)
 
     fast.defjvp(jvp_rule(ref), symbolic_zeros=True)
-    return fast(M, C, gamma, mask, b, L)
+    return fast(M, C, gamma, mask, b)

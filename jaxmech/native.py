@@ -1,0 +1,141 @@
+"""Native CPU kernels through XLA's FFI, built on first use; LAPACK where they are not available.
+
+Why. A batched Stewart forward dynamics spends about 5 us per state in per-matrix LAPACK calls on
+18-24-sized matrices (``benchmarks/PROFILE.md``, sessions 45-48): each ``potrf``/``trsm`` call costs
+1-3 us of fixed overhead, several times its arithmetic, and unrolled ``jnp`` versions are slower
+still. :func:`kkt_natural` runs the whole certified KKT solve of :mod:`jaxmech.kkt` for a batch of
+states in one call (``native_kkt.cc``): eight float64 (sixteen float32) states at a time, laid out
+lane by lane so every step is one SIMD operation across states, all factors kept in the L1 cache.
+
+Build. The C++ source ships with the package and is compiled once per machine, jaxlib version and
+source, with the system's C++ compiler (``$CXX``, else ``c++``/``g++``; ``-O3 -march=native``)
+against the FFI headers jaxlib ships (``jax.ffi.include_dir()``), into
+``$XDG_CACHE_HOME/jaxmech/native/<key>/`` (``~/.cache/...`` when unset; written to a temporary
+file and renamed, so concurrent processes are safe). A first build takes about 5 s. Where there
+is no compiler or the build fails, a warning says why once and every caller takes the LAPACK
+path, which gives the same results to round-off. ``JAXMECH_NATIVE=0`` switches the kernels off.
+
+Nothing happens at import: the first call that could use a kernel builds and registers it (an FFI
+target registration, JAX's only global change). Kernels run only on the CPU backend (callers use
+``lax.platform_dependent``); they are not differentiated themselves (callers define derivatives).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import jax
+import numpy as np
+
+_SRC = Path(__file__).with_name("native_kkt.cc")
+_TARGETS = {np.dtype(np.float64): "jaxmech_kkt_f64", np.dtype(np.float32): "jaxmech_kkt_f32"}
+_SYMBOLS = {"jaxmech_kkt_f64": "JmKktF64", "jaxmech_kkt_f32": "JmKktF32"}
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _cache_dir(key: str) -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "jaxmech" / "native" / key
+
+
+def _build() -> Path:
+    """The shared library, compiled now unless a cached build of the same inputs exists."""
+    cxx = _compiler()
+    if cxx is None:
+        raise RuntimeError("no C++ compiler found (set CXX)")
+    import jaxlib
+
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256(
+        b"\0".join(
+            s.encode() if isinstance(s, str) else s
+            for s in (_SRC.read_bytes(), jaxlib.__version__, version, platform.machine(), _cpu_flags())
+        )
+    ).hexdigest()[:16]
+    out = _cache_dir(key) / "native_kkt.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    cmd = [cxx, "-O3", "-march=native", "-shared", "-fPIC", "-std=c++17", "-w"]
+    cmd += ["-I", jax.ffi.include_dir(), str(_SRC), "-o", tmp]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+@functools.cache
+def _load() -> bool:
+    """Build (or find) and register the kernels; False, with one warning, where that fails."""
+    if os.environ.get("JAXMECH_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    try:
+        import ctypes
+
+        lib = ctypes.cdll.LoadLibrary(str(_build()))
+        for target, symbol in _SYMBOLS.items():
+            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+    except Exception as e:  # noqa: BLE001 -- any failure means the LAPACK path, said once
+        warnings.warn(f"jaxmech: native CPU kernels unavailable, using LAPACK instead ({e})", stacklevel=3)
+        return False
+    return True
+
+
+def available(dtype) -> bool:
+    """Whether the native kernels can run for ``dtype`` (float32 or float64): built, loaded and
+    not switched off by ``JAXMECH_NATIVE=0``."""
+    return np.dtype(dtype) in _TARGETS and _load()
+
+
+def kkt_natural(M, C, gamma, mask, b, rtol: float):
+    """The certified natural-order KKT solve of :func:`jaxmech.kkt.solve` for one state (batch
+    under ``vmap``): ``M`` (n, n), ``C`` (s, n) and ``gamma`` (s,) with masked rows zeroed,
+    ``mask`` (s,) 1 / 0, ``b`` (n,), s <= n. Returns ``(L, a, lam, ok)``: the Cholesky factor of
+    ``M`` (n, n), accelerations (n,), multipliers (s,) and the certificate (a bool scalar). Call
+    only where :func:`available` is true and on the CPU backend."""
+    dt = M.dtype
+    n, s = b.shape[-1], gamma.shape[-1]
+    out = (
+        jax.ShapeDtypeStruct(M.shape, dt),
+        jax.ShapeDtypeStruct(b.shape, dt),
+        jax.ShapeDtypeStruct(gamma.shape, dt),
+        jax.ShapeDtypeStruct(b.shape[:-1] + (1,), dt),
+    )
+    assert C.shape[-2:] == (s, n), (C.shape, s, n)
+    call = jax.ffi.ffi_call(_TARGETS[np.dtype(dt)], out, vmap_method="broadcast_all")
+    L, a, lam, ok = call(M, C, gamma, mask, b, rtol=float(rtol))
+    return L, a, lam, ok[..., 0] > 0
+
+
+__all__ = ["available", "kkt_natural"]
