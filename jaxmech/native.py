@@ -35,9 +35,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
-_SRC = Path(__file__).with_name("native_kkt.cc")
-_TARGETS = {np.dtype(np.float64): "jaxmech_kkt_f64", np.dtype(np.float32): "jaxmech_kkt_f32"}
-_SYMBOLS = {"jaxmech_kkt_f64": "JmKktF64", "jaxmech_kkt_f32": "JmKktF32"}
+_SRC = Path(__file__).with_name("native_kernels.cc")
+_KERNELS = {"kkt": "Kkt", "vproj": "Vproj", "min_norm": "MinNorm", "chord": "Chord"}
+_DTYPES = {np.dtype(np.float64): "F64", np.dtype(np.float32): "F32"}
+
+
+def _target(kernel: str, dtype) -> str:
+    return f"jaxmech_{kernel}_{_DTYPES[np.dtype(dtype)].lower()}"
 
 
 def _compiler() -> str | None:
@@ -76,7 +80,7 @@ def _build() -> Path:
             for s in (_SRC.read_bytes(), jaxlib.__version__, version, platform.machine(), _cpu_flags())
         )
     ).hexdigest()[:16]
-    out = _cache_dir(key) / "native_kkt.so"
+    out = _cache_dir(key) / "native_kernels.so"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -104,8 +108,10 @@ def _load() -> bool:
         import ctypes
 
         lib = ctypes.cdll.LoadLibrary(str(_build()))
-        for target, symbol in _SYMBOLS.items():
-            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+        for kernel, symbol in _KERNELS.items():
+            for dt, suffix in _DTYPES.items():
+                handler = jax.ffi.pycapsule(getattr(lib, f"Jm{symbol}{suffix}"))
+                jax.ffi.register_ffi_target(_target(kernel, dt), handler, platform="cpu")
     except Exception as e:  # noqa: BLE001 -- any failure means the LAPACK path, said once
         warnings.warn(f"jaxmech: native CPU kernels unavailable, using LAPACK instead ({e})", stacklevel=3)
         return False
@@ -115,7 +121,7 @@ def _load() -> bool:
 def available(dtype) -> bool:
     """Whether the native kernels can run for ``dtype`` (float32 or float64): built, loaded and
     not switched off by ``JAXMECH_NATIVE=0``."""
-    return np.dtype(dtype) in _TARGETS and _load()
+    return np.dtype(dtype) in _DTYPES and _load()
 
 
 def kkt_natural(M, C, gamma, mask, b, rtol: float):
@@ -133,9 +139,51 @@ def kkt_natural(M, C, gamma, mask, b, rtol: float):
         jax.ShapeDtypeStruct(b.shape[:-1] + (1,), dt),
     )
     assert C.shape[-2:] == (s, n), (C.shape, s, n)
-    call = jax.ffi.ffi_call(_TARGETS[np.dtype(dt)], out, vmap_method="broadcast_all")
-    L, a, lam, ok = call(M, C, gamma, mask, b, rtol=float(rtol))
+    L, a, lam, ok = _call("kkt", out, M, C, gamma, mask, b, rtol=float(rtol))
     return L, a, lam, ok[..., 0] > 0
 
 
-__all__ = ["available", "kkt_natural"]
+def _call(kernel, out, *args, **attrs):
+    call = jax.ffi.ffi_call(_target(kernel, args[0].dtype), out, vmap_method="broadcast_all")
+    return call(*args, **attrs)
+
+
+def project_velocity(L, C, v):
+    """``v - L^-T Z w`` with ``Z = L^-1 C^T``, ``w = (Z^T Z + mu I)^-1 C v``: the M-orthogonal
+    projection of :func:`jaxmech.simulate.project_velocity` for ``L`` (n, n) the lower Cholesky
+    factor of ``M``, ``C`` (s, n), ``v`` (n,); ``mu`` its damping. Returns (n,)."""
+    return _call("vproj", jax.ShapeDtypeStruct(v.shape, v.dtype), L, C, v)
+
+
+def min_norm_step(C, r):
+    """``(L_g, dq)``: the lower Cholesky factor (s, s) of ``C C^T + mu I`` and the minimum-norm
+    step ``dq = -C^T (C C^T + mu I)^-1 r`` (n,) of :func:`jaxmech.simulate.project_position`, for
+    ``C`` (s, n) and ``r`` (s,)."""
+    s, n = C.shape[-2:]
+    out = (jax.ShapeDtypeStruct(C.shape[:-2] + (s, s), C.dtype), jax.ShapeDtypeStruct(C.shape[:-2] + (n,), C.dtype))
+    return _call("min_norm", out, C, r)
+
+
+def chord_step(Lg, C, r):
+    """``-C^T L_g^-T L_g^-1 r`` (n,): a chord step with the factor of :func:`min_norm_step`."""
+    n = C.shape[-1]
+    return _call("chord", jax.ShapeDtypeStruct(C.shape[:-2] + (n,), C.dtype), Lg, C, r)
+
+
+def cpu_or(kernel, reference):
+    """``f(*args)``: ``kernel`` on the CPU backend where the native kernels are available for the
+    first argument's dtype, ``reference`` elsewhere (same outputs to round-off); derivatives are
+    always the reference's (``custom_jvp``, :func:`jaxmech._as_written.jvp_rule`)."""
+    from ._as_written import jvp_rule
+
+    @jax.custom_jvp
+    def f(*args):
+        if available(args[0].dtype):
+            return jax.lax.platform_dependent(*args, cpu=kernel, default=reference)
+        return reference(*args)
+
+    f.defjvp(jvp_rule(reference), symbolic_zeros=True)
+    return f
+
+
+__all__ = ["available", "chord_step", "cpu_or", "kkt_natural", "min_norm_step", "project_velocity"]

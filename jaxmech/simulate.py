@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import lapack
+from . import lapack, native
 from ._entry import entry
 from ._jit import jit
 from .chunking import chunked
@@ -174,26 +174,35 @@ def project_position(mech: Mechanism, q: jnp.ndarray, iters: int = 3, chord: boo
     (use the default there)."""
     if mech.n_rows == 0:
         return q
-
-    def factor(C):
-        G = C @ C.T
-        return lapack.cholesky(G + _damping(G) * jnp.eye(G.shape[0], dtype=G.dtype))
-
-    def body(q, _):
-        r, C = closure_residual_and_jacobian(mech, q)
-        dq = -C.T @ lapack.cho_solve(factor(C), r)
-        return integrate(mech, q, dq), None
-
+    first = native.cpu_or(native.min_norm_step, _min_norm_step)
     if not chord or iters <= 1:
+
+        def body(q, _):
+            r, C = closure_residual_and_jacobian(mech, q)
+            return integrate(mech, q, first(C, r)[1]), None
+
         q, _ = jax.lax.scan(body, q, None, length=iters)
         return q
     r, C = closure_residual_and_jacobian(mech, q)
-    G = factor(C)
+    Lg, dq = first(C, r)
+    later = native.cpu_or(native.chord_step, _chord_step)
     for k in range(iters):  # iters is small and static: unrolled
         if k:
-            r = closure_residual(mech, q)
-        q = integrate(mech, q, -C.T @ lapack.cho_solve(G, r))
+            dq = later(Lg, C, closure_residual(mech, q))
+        q = integrate(mech, q, dq)
     return q
+
+
+def _min_norm_step(C, r):
+    """``(L_g, dq)``: the Cholesky factor of ``C C^T + mu I`` and ``dq = -C^T (C C^T + mu I)^-1 r``
+    (:func:`jaxmech.native.min_norm_step` computes the same in one native call)."""
+    G = C @ C.T
+    Lg = lapack.cholesky(G + _damping(G) * jnp.eye(G.shape[0], dtype=G.dtype))
+    return Lg, _chord_step(Lg, C, r)
+
+
+def _chord_step(Lg, C, r):
+    return -C.T @ lapack.cho_solve(Lg, r)
 
 
 def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray | None, v: jnp.ndarray, L=None) -> jnp.ndarray:
@@ -207,6 +216,11 @@ def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray | None, v: 
     if C.shape[0] == 0:
         return v
     L = lapack.cholesky(M) if L is None else L
+    return native.cpu_or(native.project_velocity, _project_velocity)(L, C, v)
+
+
+def _project_velocity(L, C, v):
+    """:func:`project_velocity` from the factor ``L`` with LAPACK (the native kernel's reference)."""
     Z = lapack.solve_triangular(L, C.T, True, False)
     G = Z.T @ Z
     G = G + _damping(G) * jnp.eye(G.shape[0], dtype=G.dtype)

@@ -1,4 +1,11 @@
-// Fused certified KKT solve, lanes interleaved (see jaxmech/kkt.py for the math)
+// jaxmech's native CPU kernels (XLA FFI; built and loaded by jaxmech/native.py).
+//
+// Each kernel takes a batch of small dense problems (leading dimensions = batch) and works on
+// W states at a time (W = 64 bytes / sizeof(T): one AVX-512 register, two AVX2 ones), each value
+// stored lane by lane (x[i * W + w], w the state), so every arithmetic step below is one SIMD
+// operation across W states and all of a group's factors stay in the L1 cache. Idle lanes of the
+// last group hold an identity problem. The math of each kernel is that of its Python reference,
+// named at the kernel; results agree with it to round-off.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -214,7 +221,161 @@ static ffi::Error Kkt(ffi::Buffer<DT> M, ffi::Buffer<DT> C, ffi::Buffer<DT> g, f
   return ffi::Error::Success();
 }
 
+
+// Damping of the row Gram matrices in jaxmech/simulate.py (_damping): 1e3 eps max(max diag G, 1).
+template <typename T, int W>
+static void damp(T* __restrict G, int64_t s, T* __restrict mu) {
+  const T eps = std::numeric_limits<T>::epsilon();
+  for (int w = 0; w < W; ++w) mu[w] = T(1);
+  for (int64_t i = 0; i < s; ++i)
+    for (int w = 0; w < W; ++w) mu[w] = std::max(mu[w], std::abs(G[(i * s + i) * W + w]));
+  for (int64_t i = 0; i < s; ++i)
+    for (int w = 0; w < W; ++w) G[(i * s + i) * W + w] += T(1000) * eps * mu[w];
+}
+
+// simulate.project_velocity: v - L^-T Z w, Z = L^-1 C^T, w = (Z^T Z + mu I)^-1 C v.
+template <typename T, int W>
+static void vproj_group(int64_t n, int64_t s, const T* Lb, const T* Cb, T* vb, T* Zc, T* Gb, T* wb, T* tmp) {
+  using X = Lanes<T, W>;
+  for (int64_t j = 0; j < s; ++j) {
+    T* z = Zc + j * n * W;
+    T acc[W];
+    for (int w = 0; w < W; ++w) acc[w] = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int w = 0; w < W; ++w) {
+        z[i * W + w] = Cb[(j * n + i) * W + w];
+        acc[w] += Cb[(j * n + i) * W + w] * vb[i * W + w];
+      }
+    for (int w = 0; w < W; ++w) wb[j * W + w] = acc[w];
+    X::fwd(Lb, z, n);
+  }
+  for (int64_t i = 0; i < s; ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      T acc[W];
+      for (int w = 0; w < W; ++w) acc[w] = 0;
+      for (int64_t k = 0; k < n; ++k)
+        for (int w = 0; w < W; ++w) acc[w] += Zc[(i * n + k) * W + w] * Zc[(j * n + k) * W + w];
+      for (int w = 0; w < W; ++w) Gb[(i * s + j) * W + w] = acc[w];
+    }
+  damp<T, W>(Gb, s, tmp);
+  X::chol(Gb, s);
+  X::fwd(Gb, wb, s);
+  X::bwd(Gb, wb, s);
+  T* d = tmp;
+  for (int64_t k = 0; k < n; ++k) for (int w = 0; w < W; ++w) d[k * W + w] = 0;
+  for (int64_t j = 0; j < s; ++j)
+    for (int64_t k = 0; k < n; ++k)
+      for (int w = 0; w < W; ++w) d[k * W + w] += Zc[(j * n + k) * W + w] * wb[j * W + w];
+  X::bwd(Lb, d, n);
+  for (int64_t k = 0; k < n; ++k) for (int w = 0; w < W; ++w) vb[k * W + w] -= d[k * W + w];
+}
+
+template <ffi::DataType DT>
+static ffi::Error Vproj(ffi::Buffer<DT> L, ffi::Buffer<DT> C, ffi::Buffer<DT> v, ffi::ResultBuffer<DT> vo) {
+  using T = ffi::NativeType<DT>;
+  constexpr int W = 64 / sizeof(T);
+  int64_t n = v.dimensions().back();
+  int64_t s = C.dimensions()[C.dimensions().size() - 2];
+  int64_t batch = v.element_count() / n;
+  std::vector<T> Lb(n * n * W), Cb(s * n * W), vb(n * W), Zc(s * n * W), Gb(s * s * W), wb(s * W), tmp((n + s) * W);
+  for (int64_t b0 = 0; b0 < batch; b0 += W) {
+    int64_t cnt = std::min<int64_t>(W, batch - b0);
+    if (cnt < W) {
+      std::fill(Lb.begin(), Lb.end(), T(0)); std::fill(Cb.begin(), Cb.end(), T(0)); std::fill(vb.begin(), vb.end(), T(0));
+      for (int64_t i = 0; i < n; ++i) for (int w = 0; w < W; ++w) Lb[(i * n + i) * W + w] = T(1);
+    }
+    pack(L.typed_data() + b0 * n * n, Lb.data(), n * n, cnt, W);
+    pack(C.typed_data() + b0 * s * n, Cb.data(), s * n, cnt, W);
+    pack(v.typed_data() + b0 * n, vb.data(), n, cnt, W);
+    vproj_group<T, W>(n, s, Lb.data(), Cb.data(), vb.data(), Zc.data(), Gb.data(), wb.data(), tmp.data());
+    unpack(vb.data(), vo->typed_data() + b0 * n, n, cnt, W);
+  }
+  return ffi::Error::Success();
+}
+
+// simulate.project_position's minimum-norm step: dq = -C^T (C C^T + mu I)^-1 r, with the
+// Cholesky factor of the damped Gram matrix (s, s) for the chord steps that follow.
+template <ffi::DataType DT>
+static ffi::Error MinNorm(ffi::Buffer<DT> C, ffi::Buffer<DT> r, ffi::ResultBuffer<DT> Lgo, ffi::ResultBuffer<DT> dqo) {
+  using T = ffi::NativeType<DT>;
+  constexpr int W = 64 / sizeof(T);
+  using X = Lanes<T, W>;
+  int64_t s = r.dimensions().back();
+  int64_t n = C.dimensions().back();
+  int64_t batch = r.element_count() / s;
+  std::vector<T> Cb(s * n * W), rb(s * W), Gb(s * s * W), dq(n * W), mu(W);
+  for (int64_t b0 = 0; b0 < batch; b0 += W) {
+    int64_t cnt = std::min<int64_t>(W, batch - b0);
+    if (cnt < W) {  // idle lanes: C = [I 0]
+      std::fill(Cb.begin(), Cb.end(), T(0)); std::fill(rb.begin(), rb.end(), T(0));
+      for (int64_t i = 0; i < std::min(s, n); ++i) for (int w = 0; w < W; ++w) Cb[(i * n + i) * W + w] = T(1);
+    }
+    pack(C.typed_data() + b0 * s * n, Cb.data(), s * n, cnt, W);
+    pack(r.typed_data() + b0 * s, rb.data(), s, cnt, W);
+    for (int64_t i = 0; i < s; ++i)
+      for (int64_t j = 0; j <= i; ++j) {
+        T acc[W];
+        for (int w = 0; w < W; ++w) acc[w] = 0;
+        for (int64_t k = 0; k < n; ++k)
+          for (int w = 0; w < W; ++w) acc[w] += Cb[(i * n + k) * W + w] * Cb[(j * n + k) * W + w];
+        for (int w = 0; w < W; ++w) Gb[(i * s + j) * W + w] = acc[w];
+      }
+    damp<T, W>(Gb.data(), s, mu.data());
+    X::chol(Gb.data(), s);
+    X::fwd(Gb.data(), rb.data(), s);
+    X::bwd(Gb.data(), rb.data(), s);
+    for (int64_t k = 0; k < n; ++k) for (int w = 0; w < W; ++w) dq[k * W + w] = 0;
+    for (int64_t j = 0; j < s; ++j)
+      for (int64_t k = 0; k < n; ++k)
+        for (int w = 0; w < W; ++w) dq[k * W + w] -= Cb[(j * n + k) * W + w] * rb[j * W + w];
+    unpack(Gb.data(), Lgo->typed_data() + b0 * s * s, s * s, cnt, W);
+    unpack(dq.data(), dqo->typed_data() + b0 * n, n, cnt, W);
+  }
+  return ffi::Error::Success();
+}
+
+
+// The chord steps after the first: dq = -C^T Lg^-T Lg^-1 r with the first step's factor Lg.
+template <ffi::DataType DT>
+static ffi::Error Chord(ffi::Buffer<DT> Lg, ffi::Buffer<DT> C, ffi::Buffer<DT> r, ffi::ResultBuffer<DT> dqo) {
+  using T = ffi::NativeType<DT>;
+  constexpr int W = 64 / sizeof(T);
+  using X = Lanes<T, W>;
+  int64_t s = r.dimensions().back();
+  int64_t n = C.dimensions().back();
+  int64_t batch = r.element_count() / s;
+  std::vector<T> Lb(s * s * W), Cb(s * n * W), rb(s * W), dq(n * W);
+  for (int64_t b0 = 0; b0 < batch; b0 += W) {
+    int64_t cnt = std::min<int64_t>(W, batch - b0);
+    if (cnt < W) {
+      std::fill(Lb.begin(), Lb.end(), T(0)); std::fill(Cb.begin(), Cb.end(), T(0)); std::fill(rb.begin(), rb.end(), T(0));
+      for (int64_t i = 0; i < s; ++i) for (int w = 0; w < W; ++w) Lb[(i * s + i) * W + w] = T(1);
+    }
+    pack(Lg.typed_data() + b0 * s * s, Lb.data(), s * s, cnt, W);
+    pack(C.typed_data() + b0 * s * n, Cb.data(), s * n, cnt, W);
+    pack(r.typed_data() + b0 * s, rb.data(), s, cnt, W);
+    X::fwd(Lb.data(), rb.data(), s);
+    X::bwd(Lb.data(), rb.data(), s);
+    for (int64_t k = 0; k < n; ++k) for (int w = 0; w < W; ++w) dq[k * W + w] = 0;
+    for (int64_t j = 0; j < s; ++j)
+      for (int64_t k = 0; k < n; ++k)
+        for (int w = 0; w < W; ++w) dq[k * W + w] -= Cb[(j * n + k) * W + w] * rb[j * W + w];
+    unpack(dq.data(), dqo->typed_data() + b0 * n, n, cnt, W);
+  }
+  return ffi::Error::Success();
+}
+
 #define BIND(DT) ffi::Ffi::Bind().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>() \
   .Arg<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>().Attr<double>("rtol")
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmKktF64, Kkt<ffi::F64>, BIND(ffi::F64));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmKktF32, Kkt<ffi::F32>, BIND(ffi::F32));
+
+#define BIND_VPROJ(DT) ffi::Ffi::Bind().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>()
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmVprojF64, Vproj<ffi::F64>, BIND_VPROJ(ffi::F64));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmVprojF32, Vproj<ffi::F32>, BIND_VPROJ(ffi::F32));
+#define BIND_MINNORM(DT) ffi::Ffi::Bind().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>()
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmMinNormF64, MinNorm<ffi::F64>, BIND_MINNORM(ffi::F64));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmMinNormF32, MinNorm<ffi::F32>, BIND_MINNORM(ffi::F32));
+#define BIND_CHORD(DT) ffi::Ffi::Bind().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>()
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmChordF64, Chord<ffi::F64>, BIND_CHORD(ffi::F64));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmChordF32, Chord<ffi::F32>, BIND_CHORD(ffi::F32));
