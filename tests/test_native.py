@@ -1,0 +1,132 @@
+"""The native CPU kernels (jaxmech/native.py, native_kernels.cc): built on this machine, equal to
+their LAPACK references to round-off on batches that do not fill the last SIMD group (13 states:
+8-wide float64 and 16-wide float32 groups), on masked, redundant, badly conditioned and NaN
+systems, switched off by JAXMECH_NATIVE=0, and a failed build falls back to LAPACK with a warning."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxmech import kkt, lapack, native, simulate
+
+RTOL = 1e-9
+N = 13  # not a multiple of either lane count
+
+
+def _systems(dtype, nv=9, s=6):
+    """N KKT systems: regular, a redundant row, masked rows, an ill-conditioned M, a NaN M."""
+    rng = np.random.default_rng(0)
+    Ms, Cs, gs, masks, bs = [], [], [], [], []
+    for i in range(N):
+        A = rng.normal(size=(nv, nv))
+        M = A @ A.T + nv * np.eye(nv)
+        if i == 3:  # cond 1e10: the correction step runs
+            U = np.linalg.qr(A)[0]
+            M = (U * np.logspace(0, -10, nv)) @ U.T
+        C = rng.normal(size=(s, nv))
+        mask = np.ones(s)
+        if i == 1:
+            C[3] = C[0] + C[1]
+        if i == 2:
+            mask[[1, 4]] = 0.0
+        if i == 5:
+            M[0, 0] = np.nan
+        Ms.append(M), Cs.append(C), gs.append(C @ rng.normal(size=nv)), masks.append(mask), bs.append(rng.normal(size=nv))
+    return tuple(jnp.asarray(np.stack(x), dtype) for x in (Ms, Cs, gs, masks, bs))
+
+
+def test_the_kernels_are_built_here():
+    """CI's machine has a C++ compiler: the native path must be the one that runs there."""
+    assert native.available(jnp.float64) and native.available(jnp.float32)
+    assert not native.available(jnp.int32)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_kkt_kernel_equals_the_lapack_path(dtype):
+    M, C, gamma, mask, b = _systems(dtype)
+    rtol = RTOL if dtype == jnp.float64 else 1e-5
+    got = jax.jit(jax.vmap(lambda *x: kkt._natural_native(*x, rtol)))(M, C, gamma, mask, b)
+    want = jax.jit(jax.vmap(lambda *x: kkt._natural_lapack(*x, rtol)))(M, C, gamma, mask, b)
+    ok = np.asarray(want[3])
+    np.testing.assert_array_equal(np.asarray(got[3]), ok)
+    assert not ok[1] and not ok[5] and ok[0] and ok[2]  # redundant and NaN: not certified
+    assert ok[3] == (dtype == jnp.float64)  # M's condition 1e10 is beyond float32
+    tol = 1e-10 if dtype == jnp.float64 else 2e-3
+    for g, w in zip(got[:3], want[:3], strict=True):  # a, lambda, L on the certified states
+        g, w = np.asarray(g)[ok], np.asarray(w)[ok]
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * np.max(np.abs(w)))
+    # the solve holds the rows (the ill-conditioned M needed the correction step)
+    Cm, gm = C * mask[..., None], gamma * mask
+    viol = np.abs(np.einsum("bsn,bn->bs", Cm, got[0]) + gm).max(1)[ok]
+    assert viol.max() < (1e-12 if dtype == jnp.float64 else 1e-3) * (1 + np.abs(np.asarray(got[0])[ok]).max())
+    # and the public solve's answers equal the QR path's on every state, certified or not
+    full = jax.jit(jax.vmap(lambda *x: kkt.solve(*x, rtol)))(M, C, gamma, mask, b)
+    sel = jax.jit(jax.vmap(lambda M, C, g, m, b: kkt._selected(M, C, g, m, b, lapack.cholesky(M), rtol)))(
+        M, C, gamma, mask, b
+    )
+    fin = np.isfinite(np.asarray(sel[0])).all(1)
+    np.testing.assert_array_equal(np.asarray(full[2]), np.asarray(sel[2]))
+    np.testing.assert_allclose(np.asarray(full[0])[fin], np.asarray(sel[0])[fin], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_projection_kernels_equal_their_references(dtype):
+    M, C, _, _, b = _systems(dtype)
+    keep = np.ones(N, bool)
+    keep[[1, 3, 5]] = False  # the redundant (a damped singular Gram matrix), ill-conditioned and NaN systems
+    M, C, v = M[keep], C[keep], b[keep]
+    L = jax.vmap(lapack.cholesky)(M)
+    r = jnp.einsum("bsn,bn->bs", C, v)
+    tol = 1e-11 if dtype == jnp.float64 else 1e-4
+    pairs = [
+        (native.project_velocity, simulate._project_velocity, (L, C, v)),
+        (native.min_norm_step, simulate._min_norm_step, (C, r)),
+    ]
+    Lg = jax.vmap(simulate._min_norm_step)(C, r)[0]
+    pairs.append((native.chord_step, simulate._chord_step, (Lg, C, r)))
+    for kernel, reference, args in pairs:
+        got, want = jax.jit(jax.vmap(kernel))(*args), jax.jit(jax.vmap(reference))(*args)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol * float(jnp.max(jnp.abs(w))), err_msg=kernel.__name__)
+    # the projected velocity satisfies the rows as well as the reference's does (the damping
+    # mu = 1e3 eps leaves a relative 1e-4 in float32)
+    viol = lambda f: float(jnp.max(jnp.abs(jnp.einsum("bsn,bn->bs", C, jax.jit(jax.vmap(f))(L, C, v)))))  # noqa: E731
+    assert viol(native.project_velocity) <= 2 * viol(simulate._project_velocity) + 1e3 * tol * float(jnp.max(jnp.abs(r)))
+
+
+def test_derivatives_are_the_references(monkeypatch):
+    """Gradients through a native projection equal those of the LAPACK formula."""
+    M, C, _, _, b = _systems(jnp.float64)
+    L, C, v = jax.vmap(lapack.cholesky)(M[:4]), C[:4], b[:4]
+    f = native.cpu_or(native.project_velocity, simulate._project_velocity)
+    loss = lambda g: lambda L, C, v: jnp.sum(jnp.sin(jax.vmap(g)(L, C, v)))  # noqa: E731
+    got = jax.jit(jax.grad(loss(f), argnums=(0, 1, 2)))(L, C, v)
+    want = jax.jit(jax.grad(loss(simulate._project_velocity), argnums=(0, 1, 2)))(L, C, v)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_switch_and_fallback(monkeypatch):
+    M, C, gamma, mask, b = _systems(jnp.float64)
+    prog = lambda: jax.jit(jax.vmap(lambda *x: kkt.solve(*x, RTOL))).lower(M, C, gamma, mask, b).as_text()  # noqa: E731
+    assert "jaxmech_kkt_f64" in prog()
+    monkeypatch.setenv("JAXMECH_NATIVE", "0")
+    assert not native.available(jnp.float64) and "jaxmech_kkt" not in prog()
+    monkeypatch.delenv("JAXMECH_NATIVE")
+    # a failed build: one warning naming the cause, and the LAPACK path
+    native._load.cache_clear()
+    monkeypatch.setattr(native, "_build", lambda: (_ for _ in ()).throw(RuntimeError("no C++ compiler found")))
+    try:
+        with pytest.warns(UserWarning, match="no C.. compiler found"):
+            assert not native.available(jnp.float64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not native.available(jnp.float64)  # said once
+        assert "jaxmech_kkt" not in prog()
+    finally:
+        monkeypatch.undo()
+        native._load.cache_clear()
+    assert native.available(jnp.float64)
