@@ -25,6 +25,13 @@ so a vmapped batch pays for it only when one of its states needs it.
 
 Derivatives are those of the QR path as written (a ``custom_jvp``: the one-pass loop has no
 reverse mode), i.e. unchanged: the selection is a discrete choice on ``stop_gradient(C)``.
+
+**On the CPU the natural-order solve is one native call per batch** (:func:`_natural_native`,
+:mod:`jaxmech.native`): the Cholesky factors, the Schur complement, the correction where needed and
+the certificate of :func:`_natural_lapack`, eight float64 states per SIMD group. The LAPACK calls it
+replaces cost 1-3 us each on the Stewart's 24 x 24 and 18 x 18 matrices, several times their
+arithmetic (forward dynamics 15.0 -> 10.4 us per state at 4,096 states, one core). Elsewhere, or
+without a C++ compiler, :func:`_natural_lapack` runs; the two agree to round-off.
 """
 
 from __future__ import annotations

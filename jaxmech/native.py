@@ -33,7 +33,9 @@ import warnings
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 
 _SRC = Path(__file__).with_name("native_kernels.cc")
 _KERNELS = {"kkt": "Kkt", "vproj": "Vproj", "min_norm": "MinNorm", "chord": "Chord"}
@@ -86,7 +88,7 @@ def _build() -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [cxx, "-O3", "-march=native", "-shared", "-fPIC", "-std=c++17", "-w"]
+    cmd = [cxx, "-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-std=c++17", "-w"]
     cmd += ["-I", jax.ffi.include_dir(), str(_SRC), "-o", tmp]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -99,11 +101,15 @@ def _build() -> Path:
     return out
 
 
+def switched_off() -> bool:
+    """True when ``JAXMECH_NATIVE`` is ``0``/``false``/``no``/``off`` (read at each call)."""
+    return os.environ.get("JAXMECH_NATIVE", "1").strip().lower() in ("0", "false", "no", "off")
+
+
 @functools.cache
 def _load() -> bool:
-    """Build (or find) and register the kernels; False, with one warning, where that fails."""
-    if os.environ.get("JAXMECH_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return False
+    """Build (or find) and register the kernels once per process; False, with one warning, where
+    that fails."""
     try:
         import ctypes
 
@@ -119,9 +125,10 @@ def _load() -> bool:
 
 
 def available(dtype) -> bool:
-    """Whether the native kernels can run for ``dtype`` (float32 or float64): built, loaded and
-    not switched off by ``JAXMECH_NATIVE=0``."""
-    return np.dtype(dtype) in _DTYPES and _load()
+    """Whether the native kernels can run for ``dtype`` (float32 or float64): not switched off by
+    ``JAXMECH_NATIVE=0``, and built and loaded (on the first call). Read when a program is traced:
+    programs already compiled keep the path they were traced with."""
+    return np.dtype(dtype) in _DTYPES and not switched_off() and _load()
 
 
 def kkt_natural(M, C, gamma, mask, b, rtol: float):
@@ -132,42 +139,74 @@ def kkt_natural(M, C, gamma, mask, b, rtol: float):
     only where :func:`available` is true and on the CPU backend."""
     dt = M.dtype
     n, s = b.shape[-1], gamma.shape[-1]
-    out = (
-        jax.ShapeDtypeStruct(M.shape, dt),
-        jax.ShapeDtypeStruct(b.shape, dt),
-        jax.ShapeDtypeStruct(gamma.shape, dt),
-        jax.ShapeDtypeStruct(b.shape[:-1] + (1,), dt),
-    )
-    assert C.shape[-2:] == (s, n), (C.shape, s, n)
-    L, a, lam, ok = _call("kkt", out, M, C, gamma, mask, b, rtol=float(rtol))
-    return L, a, lam, ok[..., 0] > 0
-
-
-def _call(kernel, out, *args, **attrs):
-    call = jax.ffi.ffi_call(_target(kernel, args[0].dtype), out, vmap_method="broadcast_all")
-    return call(*args, **attrs)
+    outs = ((n, n), (n,), (s,), (1,))
+    L, a, lam, ok = _call("kkt", outs, dt, (M, C, gamma, mask, b), rtol=float(rtol))
+    return L, a, lam, ok[0] > 0
 
 
 def project_velocity(L, C, v):
     """``v - L^-T Z w`` with ``Z = L^-1 C^T``, ``w = (Z^T Z + mu I)^-1 C v``: the M-orthogonal
     projection of :func:`jaxmech.simulate.project_velocity` for ``L`` (n, n) the lower Cholesky
     factor of ``M``, ``C`` (s, n), ``v`` (n,); ``mu`` its damping. Returns (n,)."""
-    return _call("vproj", jax.ShapeDtypeStruct(v.shape, v.dtype), L, C, v)
+    return _call("vproj", (v.shape,), v.dtype, (L, C, v))[0]
 
 
 def min_norm_step(C, r):
     """``(L_g, dq)``: the lower Cholesky factor (s, s) of ``C C^T + mu I`` and the minimum-norm
     step ``dq = -C^T (C C^T + mu I)^-1 r`` (n,) of :func:`jaxmech.simulate.project_position`, for
     ``C`` (s, n) and ``r`` (s,)."""
-    s, n = C.shape[-2:]
-    out = (jax.ShapeDtypeStruct(C.shape[:-2] + (s, s), C.dtype), jax.ShapeDtypeStruct(C.shape[:-2] + (n,), C.dtype))
-    return _call("min_norm", out, C, r)
+    s, n = C.shape
+    return _call("min_norm", ((s, s), (n,)), C.dtype, (C, r))
 
 
 def chord_step(Lg, C, r):
     """``-C^T L_g^-T L_g^-1 r`` (n,): a chord step with the factor of :func:`min_norm_step`."""
-    n = C.shape[-1]
-    return _call("chord", jax.ShapeDtypeStruct(C.shape[:-2] + (n,), C.dtype), Lg, C, r)
+    return _call("chord", ((C.shape[1],),), C.dtype, (Lg, C, r))[0]
+
+
+def _call(kernel: str, outs, dtype, args, **attrs):
+    """The kernel on one problem (``args`` and ``outs``, the output shapes, without a batch axis).
+    Under ``vmap`` (nested or not) it runs once on the whole batch, batch-last."""
+
+    @custom_vmap
+    def one(args):
+        return tuple(o[..., 0] for o in _ffi(kernel, outs, dtype, [a[..., None] for a in args], 1, attrs))
+
+    @one.def_vmap
+    def _rule(m, in_batched, args):
+        out = _batched(kernel, outs, dtype, _broadcast(m, in_batched[0], args), attrs)
+        return out, (True,) * len(outs)
+
+    return one(tuple(args))
+
+
+def _batched(kernel, outs, dtype, args, attrs):
+    """:func:`_call` on arguments with one leading batch axis; an enclosing ``vmap`` merges its axis
+    into that one."""
+
+    @custom_vmap
+    def many(args):
+        size = args[0].shape[0]
+        res = _ffi(kernel, outs, dtype, [jnp.moveaxis(a, 0, -1) for a in args], size, attrs)
+        return tuple(jnp.moveaxis(o, -1, 0) for o in res)
+
+    @many.def_vmap
+    def _rule(m, in_batched, args):
+        args = _broadcast(m, in_batched[0], args)
+        size = args[0].shape[1]
+        res = _batched(kernel, outs, dtype, [a.reshape((m * size,) + a.shape[2:]) for a in args], attrs)
+        return tuple(o.reshape((m, size) + o.shape[1:]) for o in res), (True,) * len(outs)
+
+    return many(tuple(args))
+
+
+def _broadcast(m: int, batched, args):
+    return [a if b else jnp.broadcast_to(a, (m,) + a.shape) for a, b in zip(args, batched, strict=True)]
+
+
+def _ffi(kernel, outs, dtype, args, size: int, attrs):
+    shapes = [jax.ShapeDtypeStruct(tuple(o) + (size,), dtype) for o in outs]
+    return jax.ffi.ffi_call(_target(kernel, dtype), shapes)(*args, **attrs)
 
 
 def cpu_or(kernel, reference):

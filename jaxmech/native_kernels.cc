@@ -1,381 +1,326 @@
 // jaxmech's native CPU kernels (XLA FFI; built and loaded by jaxmech/native.py).
 //
-// Each kernel takes a batch of small dense problems (leading dimensions = batch) and works on
-// W states at a time (W = 64 bytes / sizeof(T): one AVX-512 register, two AVX2 ones), each value
-// stored lane by lane (x[i * W + w], w the state), so every arithmetic step below is one SIMD
-// operation across W states and all of a group's factors stay in the L1 cache. Idle lanes of the
-// last group hold an identity problem. The math of each kernel is that of its Python reference,
-// named at the kernel; results agree with it to round-off.
+// Each kernel takes a batch of small dense problems, batch-last (every array (..., batch); the
+// Python side moves the batch axis, and XLA cancels that move against the batch-last producers of
+// jaxmech/batchlast_dynamics.py), and works on W states at a time (W = 64 bytes / sizeof(T)),
+// each value a vector of W states (GCC/Clang vector extension: one AVX-512 register, two AVX2
+// ones), so every arithmetic step below is one SIMD operation across W states and a group's
+// factors stay in the L1 cache.
+// Idle lanes of the last group hold an identity problem. The math of each kernel is that of its
+// Python reference, named at the kernel; results agree with it to round-off.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
-#include <algorithm>
+
 #include "xla/ffi/api/ffi.h"
+
 namespace ffi = xla::ffi;
 
-template <typename T, int W>
+namespace {
+
+template <typename T>
 struct Lanes {
-  // Cholesky in place of the lower triangle of a (n x n, lanes interleaved); upper set to zero
-  static void chol(T* __restrict a, int64_t n) {
+  static constexpr int W = 64 / sizeof(T);
+  typedef T V __attribute__((vector_size(64)));
+
+  static V splat(T x) { return V{} + x; }
+  static V abs(V x) { return x < 0 ? -x : x; }
+  static V max(V a, V b) { return a > b ? a : b; }
+  static V sqrt(V x) {
+    for (int w = 0; w < W; ++w) x[w] = std::sqrt(x[w]);
+    return x;
+  }
+
+  // sum_{k < len} a[k * sa] * b[k * sb], on four independent chains (one chain waits for each
+  // fused multiply-add's latency).
+  static V dot(const V* a, int64_t sa, const V* b, int64_t sb, int64_t len) {
+    V c0{}, c1{}, c2{}, c3{};
+    int64_t k = 0;
+    for (; k + 4 <= len; k += 4) {
+      c0 += a[k * sa] * b[k * sb];
+      c1 += a[(k + 1) * sa] * b[(k + 1) * sb];
+      c2 += a[(k + 2) * sa] * b[(k + 2) * sb];
+      c3 += a[(k + 3) * sa] * b[(k + 3) * sb];
+    }
+    for (; k < len; ++k) c0 += a[k * sa] * b[k * sb];
+    return (c0 + c1) + (c2 + c3);
+  }
+
+  // Cholesky in place: the lower triangle of a (n, n) becomes L (NaN where not positive
+  // definite, as LAPACK's potrf under JAX); the upper triangle is zeroed; dinv (n,) = 1 / diag L
+  // (the solves multiply by it: a division's latency would sit in their dependency chains).
+  static void chol(V* a, V* dinv, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
-      T d[W];
-      for (int w = 0; w < W; ++w) d[w] = a[(j * n + j) * W + w];
-      for (int64_t k = 0; k < j; ++k) {
-        const T* x = a + (j * n + k) * W;
-        for (int w = 0; w < W; ++w) d[w] -= x[w] * x[w];
-      }
-      T inv[W];
-      for (int w = 0; w < W; ++w) { d[w] = std::sqrt(d[w]); inv[w] = T(1) / d[w]; a[(j * n + j) * W + w] = d[w]; }
-      for (int64_t i = j + 1; i < n; ++i) {
-        T s[W];
-        for (int w = 0; w < W; ++w) s[w] = a[(i * n + j) * W + w];
-        const T* ai = a + i * n * W;
-        const T* aj = a + j * n * W;
-        for (int64_t k = 0; k < j; ++k)
-          for (int w = 0; w < W; ++w) s[w] -= ai[k * W + w] * aj[k * W + w];
-        for (int w = 0; w < W; ++w) a[(i * n + j) * W + w] = s[w] * inv[w];
-      }
-      for (int64_t i = 0; i < j; ++i)
-        for (int w = 0; w < W; ++w) a[(i * n + j) * W + w] = 0;
+      V d = sqrt(a[j * n + j] - dot(a + j * n, 1, a + j * n, 1, j));
+      a[j * n + j] = d;
+      dinv[j] = 1 / d;
+      for (int64_t i = j + 1; i < n; ++i)
+        a[i * n + j] = (a[i * n + j] - dot(a + i * n, 1, a + j * n, 1, j)) * dinv[j];
+      for (int64_t i = 0; i < j; ++i) a[i * n + j] = V{};
     }
   }
-  // x (n, lanes) <- L^-1 x
-  static void fwd(const T* __restrict L, T* __restrict x, int64_t n) {
+  // x (n,) <- L^-1 x
+  static void fwd(const V* L, const V* dinv, V* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] = (x[i] - dot(L + i * n, 1, x, 1, i)) * dinv[i];
+  }
+  // the rows of X (m, n) <- L^-1 each: row by row of L across all m, so the m dot products of a
+  // step are independent (one right-hand side at a time waits on each step's latency)
+  static void fwd_rows(const V* L, const V* dinv, V* X, int64_t m, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) X[j * n + i] = (X[j * n + i] - dot(L + i * n, 1, X + j * n, 1, i)) * dinv[i];
+  }
+  // x (n,) <- L^-T x
+  static void bwd(const V* L, const V* dinv, V* x, int64_t n) {
+    for (int64_t i = n - 1; i >= 0; --i) x[i] = (x[i] - dot(L + (i + 1) * n + i, n, x + i + 1, 1, n - 1 - i)) * dinv[i];
+  }
+  // y (n,) += A^T x for A (m, n) (rows of A contiguous)
+  static void add_at(const V* A, const V* x, V* y, int64_t m, int64_t n) {
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t k = 0; k < n; ++k) y[k] += A[j * n + k] * x[j];
+  }
+  // G (s, s) lower = A A^T for A (s, n)
+  static void gram(const V* A, V* G, int64_t s, int64_t n) {
+    for (int64_t i = 0; i < s; ++i)
+      for (int64_t j = 0; j <= i; ++j) G[i * s + j] = dot(A + i * n, 1, A + j * n, 1, n);
+  }
+  // A lower bound of sigma_min of lower-triangular L (n, n) with a positive diagonal:
+  // 1 / (sqrt(n) max y), M(L) y = 1 with M(L) the comparison matrix (kkt.sigma_min_lower);
+  // 0 where the bound is not finite.
+  static V sigma_lo(const V* L, const V* dinv, int64_t n, V* y) {
+    V ymax = splat(-std::numeric_limits<T>::infinity());
+    auto good = ymax == ymax;  // all true
     for (int64_t i = 0; i < n; ++i) {
-      T s[W];
-      for (int w = 0; w < W; ++w) s[w] = x[i * W + w];
-      const T* li = L + i * n * W;
-      for (int64_t k = 0; k < i; ++k)
-        for (int w = 0; w < W; ++w) s[w] -= li[k * W + w] * x[k * W + w];
-      for (int w = 0; w < W; ++w) x[i * W + w] = s[w] / li[i * W + w];
-    }
-  }
-  // x <- L^-T x
-  static void bwd(const T* __restrict L, T* __restrict x, int64_t n) {
-    for (int64_t i = n - 1; i >= 0; --i) {
-      T s[W];
-      for (int w = 0; w < W; ++w) s[w] = x[i * W + w];
-      for (int64_t k = i + 1; k < n; ++k)
-        for (int w = 0; w < W; ++w) s[w] -= L[(k * n + i) * W + w] * x[k * W + w];
-      for (int w = 0; w < W; ++w) x[i * W + w] = s[w] / L[(i * n + i) * W + w];
-    }
-  }
-  // lower bound of sigma_min of lower-triangular T (comparison matrix), 0 where not finite
-  static void sigma_lo(const T* __restrict L, int64_t n, T* __restrict out, T* __restrict y) {
-    T ymax[W]; bool ok[W];
-    for (int w = 0; w < W; ++w) { ymax[w] = -std::numeric_limits<T>::infinity(); ok[w] = true; }
-    for (int64_t i = 0; i < n; ++i) {
-      T s[W];
-      for (int w = 0; w < W; ++w) s[w] = T(1);
-      for (int64_t k = 0; k < i; ++k)
-        for (int w = 0; w < W; ++w) s[w] += std::abs(L[(i * n + k) * W + w]) * y[k * W + w];
-      for (int w = 0; w < W; ++w) {
-        T d = std::abs(L[(i * n + i) * W + w]);
-        ok[w] = ok[w] && (d > 0);
-        y[i * W + w] = s[w] / d;
-        ymax[w] = std::max(ymax[w], y[i * W + w]);  // NaN-unsafe max handled below
-        if (std::isnan(y[i * W + w])) ymax[w] = std::numeric_limits<T>::quiet_NaN();
+      V s0 = splat(1), s1{};
+      int64_t k = 0;
+      for (; k + 2 <= i; k += 2) {
+        s0 += abs(L[i * n + k]) * y[k];
+        s1 += abs(L[i * n + k + 1]) * y[k + 1];
       }
+      if (k < i) s0 += abs(L[i * n + k]) * y[k];
+      V s = s0 + s1;
+      good = good & (abs(L[i * n + i]) > 0) & (s == s);
+      y[i] = s * abs(dinv[i]);
+      ymax = max(ymax, y[i]);
     }
-    T sq = std::sqrt(T(n));
-    for (int w = 0; w < W; ++w) {
-      bool good = ok[w] && std::isfinite(ymax[w]) && ymax[w] > 0;
-      out[w] = good ? T(1) / (sq * ymax[w]) : T(0);
+    good = good & (ymax - ymax == 0) & (ymax > 0);
+    return good ? 1 / (std::sqrt(T(n)) * ymax) : V{};
+  }
+  // the damping of the row Gram matrices in jaxmech/simulate.py (_damping): 1e3 eps max(max diag G, 1)
+  static void damp(V* G, int64_t s) {
+    V mu = splat(1);
+    for (int64_t i = 0; i < s; ++i) mu = max(mu, abs(G[i * s + i]));
+    for (int64_t i = 0; i < s; ++i) G[i * s + i] += T(1000) * std::numeric_limits<T>::epsilon() * mu;
+  }
+};
+
+// A group's buffers: `size` values per state for W states, one vector of W lanes per value. The
+// arrays come batch-last ((..., batch): value i of state b at i * batch + b), so a full group
+// loads and stores whole vectors.
+template <typename T>
+struct Group {
+  using X = Lanes<T>;
+  using V = typename X::V;
+  static constexpr int W = X::W;
+  std::vector<V> buf;
+  explicit Group(int64_t size) : buf(std::max<int64_t>(size, 1)) {}
+  V* data() { return buf.data(); }
+  V& operator[](int64_t i) { return buf[i]; }
+  // states b0 .. b0 + cnt of src into the lanes; idle lanes (cnt < W) get `idle` (or 0)
+  void load(const T* src, int64_t size, int64_t batch, int64_t b0, int64_t cnt, const V* idle = nullptr) {
+    if (cnt == W) {
+      for (int64_t i = 0; i < size; ++i) std::memcpy(&buf[i], src + i * batch + b0, sizeof(V));
+      return;
     }
+    for (int64_t i = 0; i < size; ++i) {
+      buf[i] = idle ? idle[i] : V{};
+      for (int64_t w = 0; w < cnt; ++w) buf[i][w] = src[i * batch + b0 + w];
+    }
+  }
+  void store(T* dst, int64_t size, int64_t batch, int64_t b0, int64_t cnt) const {
+    if (cnt == W) {
+      for (int64_t i = 0; i < size; ++i) std::memcpy(dst + i * batch + b0, &buf[i], sizeof(V));
+      return;
+    }
+    for (int64_t i = 0; i < size; ++i)
+      for (int64_t w = 0; w < cnt; ++w) dst[i * batch + b0 + w] = buf[i][w];
   }
 };
 
 template <typename T>
-static void pack(const T* src, T* dst, int64_t sz, int64_t cnt, int W) {
-  for (int64_t w = 0; w < cnt; ++w)
-    for (int64_t i = 0; i < sz; ++i) dst[i * W + w] = src[w * sz + i];
-}
-template <typename T>
-static void unpack(const T* src, T* dst, int64_t sz, int64_t cnt, int W) {
-  for (int64_t w = 0; w < cnt; ++w)
-    for (int64_t i = 0; i < sz; ++i) dst[w * sz + i] = src[i * W + w];
+std::vector<typename Lanes<T>::V> identity(int64_t n, int64_t m) {  // (n, m), ones on the diagonal
+  std::vector<typename Lanes<T>::V> I(n * m);
+  for (int64_t i = 0; i < std::min(n, m); ++i) I[i * m + i] = Lanes<T>::splat(1);
+  return I;
 }
 
-template <typename T, int W>
-static void group(int64_t n, int64_t s, T rtol, T* Lb, T* Cb, T* gb, T* mb, T* bb, T* Zc, T* Kb, T* lam, T* tmp, T* okb) {
-  using X = Lanes<T, W>;
-  const T eps = std::numeric_limits<T>::epsilon();
-  const T tiny = std::numeric_limits<T>::min();
-  X::chol(Lb, n);
-  X::fwd(Lb, bb, n);  // zb
-  // ZC (n x s): column j = L^-1 C_j^T; stored as Zc[(j * n + i) * W]
-  for (int64_t j = 0; j < s; ++j) {
-    T* z = Zc + j * n * W;
-    for (int64_t i = 0; i < n; ++i)
-      for (int w = 0; w < W; ++w) z[i * W + w] = Cb[(j * n + i) * W + w];
-    X::fwd(Lb, z, n);
-  }
-  // K = ZC^T ZC + diag(1 - mask), lower triangle
-  for (int64_t i = 0; i < s; ++i)
-    for (int64_t j = 0; j <= i; ++j) {
-      T acc[W];
-      for (int w = 0; w < W; ++w) acc[w] = (i == j) ? T(1) - mb[i * W + w] : T(0);
-      const T* zi = Zc + i * n * W;
-      const T* zj = Zc + j * n * W;
-      for (int64_t k = 0; k < n; ++k)
-        for (int w = 0; w < W; ++w) acc[w] += zi[k * W + w] * zj[k * W + w];
-      for (int w = 0; w < W; ++w) Kb[(i * s + j) * W + w] = acc[w];
-    }
-  X::chol(Kb, s);
-  // lam = K^-1 (-g - ZC^T zb)
-  for (int64_t j = 0; j < s; ++j) {
-    T acc[W];
-    for (int w = 0; w < W; ++w) acc[w] = -gb[j * W + w];
-    const T* z = Zc + j * n * W;
-    for (int64_t k = 0; k < n; ++k)
-      for (int w = 0; w < W; ++w) acc[w] -= z[k * W + w] * bb[k * W + w];
-    for (int w = 0; w < W; ++w) lam[j * W + w] = acc[w];
-  }
-  X::fwd(Kb, lam, s);
-  X::bwd(Kb, lam, s);
-  // a = L^-T (zb + ZC lam)  -> stored in bb
-  for (int64_t j = 0; j < s; ++j) {
-    const T* z = Zc + j * n * W;
-    for (int64_t k = 0; k < n; ++k)
-      for (int w = 0; w < W; ++w) bb[k * W + w] += z[k * W + w] * lam[j * W + w];
-  }
-  X::bwd(Lb, bb, n);
-  // violation r = C a + g; refine where max|r| > 16 eps scale
-  T gmax[W], cmax[W], amax[W], rmax[W];
-  for (int w = 0; w < W; ++w) gmax[w] = cmax[w] = amax[w] = rmax[w] = 0;
-  for (int64_t k = 0; k < n; ++k)
-    for (int w = 0; w < W; ++w) amax[w] = std::max(amax[w], std::abs(bb[k * W + w]));
-  for (int64_t j = 0; j < s; ++j) {
-    T acc[W];
-    for (int w = 0; w < W; ++w) { acc[w] = gb[j * W + w]; gmax[w] = std::max(gmax[w], std::abs(gb[j * W + w])); }
-    const T* c = Cb + j * n * W;
-    for (int64_t k = 0; k < n; ++k)
-      for (int w = 0; w < W; ++w) { acc[w] += c[k * W + w] * bb[k * W + w]; cmax[w] = std::max(cmax[w], std::abs(c[k * W + w])); }
-    for (int w = 0; w < W; ++w) { tmp[j * W + w] = -acc[w]; rmax[w] = std::max(rmax[w], std::abs(acc[w])); }
-  }
-  bool any = false;
-  T fix[W];
-  for (int w = 0; w < W; ++w) {
-    T scale = T(1) + gmax[w] + cmax[w] * amax[w];
-    fix[w] = !(rmax[w] <= 16 * eps * scale) ? T(1) : T(0);
-    any = any || fix[w] > 0;
-  }
-  if (any) {  // dlam = K^-1 (-g - C a); a += L^-T ZC dlam; lam += dlam (only where fix)
-    X::fwd(Kb, tmp, s);
-    X::bwd(Kb, tmp, s);
-    T* da = tmp + s * W;
-    for (int64_t k = 0; k < n; ++k) for (int w = 0; w < W; ++w) da[k * W + w] = 0;
+// kkt._natural_lapack: L = chol(M), Z = L^-1 [b, C^T], K = Z_C^T Z_C + diag(1 - mask) = L_k L_k^T,
+// lam = K^-1 (-g - Z_C^T z_b), a = L^-T (z_b + Z_C lam); one correction where max |C a + g| >
+// 16 eps (1 + max |g| + max |C| max |a|) (kkt.at_roundoff); certificate kkt.certified.
+template <ffi::DataType DT>
+ffi::Error Kkt(ffi::Buffer<DT> M, ffi::Buffer<DT> C, ffi::Buffer<DT> g, ffi::Buffer<DT> mask, ffi::Buffer<DT> b,
+               ffi::ResultBuffer<DT> Lo, ffi::ResultBuffer<DT> ao, ffi::ResultBuffer<DT> lo, ffi::ResultBuffer<DT> oko,
+               double rtol) {
+  using T = ffi::NativeType<DT>;
+  using X = Lanes<T>;
+  using V = typename X::V;
+  constexpr int W = X::W;
+  const int64_t n = b.dimensions()[0], s = g.dimensions()[0], batch = b.dimensions().back();
+  const T eps = std::numeric_limits<T>::epsilon(), tiny = std::numeric_limits<T>::min();
+  const auto I = identity<T>(n, n);
+  Group<T> Lb(n * n), Cb(s * n), gb(s), mb(s), ab(n), Z(s * n), K(s * s), lam(s), r(s), da(n), y(n), ok(1), dl(n), dk(s);
+  for (int64_t b0 = 0; b0 < batch; b0 += W) {
+    const int64_t cnt = std::min<int64_t>(W, batch - b0);
+    Lb.load(M.typed_data(), n * n, batch, b0, cnt, I.data());
+    Cb.load(C.typed_data(), s * n, batch, b0, cnt);
+    gb.load(g.typed_data(), s, batch, b0, cnt);
+    mb.load(mask.typed_data(), s, batch, b0, cnt);
+    ab.load(b.typed_data(), n, batch, b0, cnt);
+    X::chol(Lb.data(), dl.data(), n);
+    X::fwd(Lb.data(), dl.data(), ab.data(), n);  // z_b
+    std::copy(Cb.data(), Cb.data() + s * n, Z.data());  // row j of Z = (L^-1 C_j^T)^T
+    X::fwd_rows(Lb.data(), dl.data(), Z.data(), s, n);
+    X::gram(Z.data(), K.data(), s, n);
+    for (int64_t i = 0; i < s; ++i) K[i * s + i] += 1 - mb[i];
+    X::chol(K.data(), dk.data(), s);
+    for (int64_t j = 0; j < s; ++j) lam[j] = -gb[j] - X::dot(Z.data() + j * n, 1, ab.data(), 1, n);
+    X::fwd(K.data(), dk.data(), lam.data(), s);
+    X::bwd(K.data(), dk.data(), lam.data(), s);
+    X::add_at(Z.data(), lam.data(), ab.data(), s, n);
+    X::bwd(Lb.data(), dl.data(), ab.data(), n);  // a
+    V amax{}, gmax{}, cmax{}, rmax{};
+    for (int64_t k = 0; k < n; ++k) amax = X::max(amax, X::abs(ab[k]));
     for (int64_t j = 0; j < s; ++j) {
-      const T* z = Zc + j * n * W;
-      for (int64_t k = 0; k < n; ++k)
-        for (int w = 0; w < W; ++w) da[k * W + w] += z[k * W + w] * tmp[j * W + w];
+      V cj = X::dot(Cb.data() + j * n, 1, ab.data(), 1, n) + gb[j];
+      r[j] = -cj;
+      rmax = X::max(rmax, X::abs(cj));
+      gmax = X::max(gmax, X::abs(gb[j]));
+      for (int64_t k = 0; k < n; ++k) cmax = X::max(cmax, X::abs(Cb[j * n + k]));
     }
-    X::bwd(Lb, da, n);
-    for (int64_t k = 0; k < n; ++k) for (int w = 0; w < W; ++w) bb[k * W + w] += fix[w] * da[k * W + w];
-    for (int64_t j = 0; j < s; ++j) for (int w = 0; w < W; ++w) lam[j * W + w] += fix[w] * tmp[j * W + w];
-  }
-  // certificate: ||C||_F rtol < sigma_lo(L) sigma_lo(Lk)
-  T s1[W], s2[W], fro[W];
-  X::sigma_lo(Lb, n, s1, tmp);
-  X::sigma_lo(Kb, s, s2, tmp);
-  for (int w = 0; w < W; ++w) fro[w] = 0;
-  for (int64_t j = 0; j < s * n; ++j)
-    for (int w = 0; w < W; ++w) fro[w] += Cb[j * W + w] * Cb[j * W + w];
-  for (int w = 0; w < W; ++w) {
-    T lo = s1[w] * s2[w];
-    okb[w] = (lo > tiny && std::sqrt(fro[w]) * rtol < lo) ? T(1) : T(0);
-  }
-}
-
-template <ffi::DataType DT>
-static ffi::Error Kkt(ffi::Buffer<DT> M, ffi::Buffer<DT> C, ffi::Buffer<DT> g, ffi::Buffer<DT> mask, ffi::Buffer<DT> b,
-                      ffi::ResultBuffer<DT> Lo, ffi::ResultBuffer<DT> ao, ffi::ResultBuffer<DT> lo, ffi::ResultBuffer<DT> oko,
-                      double rtol) {
-  using T = ffi::NativeType<DT>;
-  constexpr int W = 64 / sizeof(T);
-  int64_t n = b.dimensions().back();
-  int64_t s = g.dimensions().back();
-  int64_t batch = b.element_count() / n;
-  std::vector<T> Lb(n * n * W), Cb(s * n * W), gb(s * W), mb(s * W), bb(n * W), Zc(s * n * W), Kb(s * s * W),
-      lam(s * W), tmp((s + n) * W), okb(W);
-  for (int64_t b0 = 0; b0 < batch; b0 += W) {
-    int64_t cnt = std::min<int64_t>(W, batch - b0);
-    if (cnt < W) {  // idle lanes: an identity system
-      std::fill(Lb.begin(), Lb.end(), T(0)); std::fill(Cb.begin(), Cb.end(), T(0));
-      std::fill(gb.begin(), gb.end(), T(0)); std::fill(mb.begin(), mb.end(), T(0)); std::fill(bb.begin(), bb.end(), T(0));
-      for (int64_t i = 0; i < n; ++i) for (int w = 0; w < W; ++w) Lb[(i * n + i) * W + w] = T(1);
+    auto fix = !(rmax <= 16 * eps * (1 + gmax + cmax * amax));
+    bool any = false;
+    for (int w = 0; w < W; ++w) any = any || fix[w];
+    if (any) {  // dlam = K^-1 (-g - C a); a += L^-T Z_C dlam; lam += dlam, where fix
+      X::fwd(K.data(), dk.data(), r.data(), s);
+      X::bwd(K.data(), dk.data(), r.data(), s);
+      std::fill(da.data(), da.data() + n, V{});
+      X::add_at(Z.data(), r.data(), da.data(), s, n);
+      X::bwd(Lb.data(), dl.data(), da.data(), n);
+      for (int64_t k = 0; k < n; ++k) ab[k] = fix ? ab[k] + da[k] : ab[k];
+      for (int64_t j = 0; j < s; ++j) lam[j] = fix ? lam[j] + r[j] : lam[j];
     }
-    pack(M.typed_data() + b0 * n * n, Lb.data(), n * n, cnt, W);
-    pack(C.typed_data() + b0 * s * n, Cb.data(), s * n, cnt, W);
-    pack(g.typed_data() + b0 * s, gb.data(), s, cnt, W);
-    pack(mask.typed_data() + b0 * s, mb.data(), s, cnt, W);
-    pack(b.typed_data() + b0 * n, bb.data(), n, cnt, W);
-    group<T, W>(n, s, T(rtol), Lb.data(), Cb.data(), gb.data(), mb.data(), bb.data(), Zc.data(), Kb.data(), lam.data(),
-                tmp.data(), okb.data());
-    unpack(Lb.data(), Lo->typed_data() + b0 * n * n, n * n, cnt, W);
-    unpack(bb.data(), ao->typed_data() + b0 * n, n, cnt, W);
-    unpack(lam.data(), lo->typed_data() + b0 * s, s, cnt, W);
-    unpack(okb.data(), oko->typed_data() + b0, 1, cnt, W);
+    V fro = X::dot(Cb.data(), 1, Cb.data(), 1, s * n);
+    V low = X::sigma_lo(Lb.data(), dl.data(), n, y.data()) * X::sigma_lo(K.data(), dk.data(), s, y.data());
+    ok[0] = (low > tiny) & (X::sqrt(fro) * T(rtol) < low) ? X::splat(1) : V{};
+    Lb.store(Lo->typed_data(), n * n, batch, b0, cnt);
+    ab.store(ao->typed_data(), n, batch, b0, cnt);
+    lam.store(lo->typed_data(), s, batch, b0, cnt);
+    ok.store(oko->typed_data(), 1, batch, b0, cnt);
   }
   return ffi::Error::Success();
 }
 
-
-// Damping of the row Gram matrices in jaxmech/simulate.py (_damping): 1e3 eps max(max diag G, 1).
-template <typename T, int W>
-static void damp(T* __restrict G, int64_t s, T* __restrict mu) {
-  const T eps = std::numeric_limits<T>::epsilon();
-  for (int w = 0; w < W; ++w) mu[w] = T(1);
-  for (int64_t i = 0; i < s; ++i)
-    for (int w = 0; w < W; ++w) mu[w] = std::max(mu[w], std::abs(G[(i * s + i) * W + w]));
-  for (int64_t i = 0; i < s; ++i)
-    for (int w = 0; w < W; ++w) G[(i * s + i) * W + w] += T(1000) * eps * mu[w];
-}
-
-// simulate.project_velocity: v - L^-T Z w, Z = L^-1 C^T, w = (Z^T Z + mu I)^-1 C v.
-template <typename T, int W>
-static void vproj_group(int64_t n, int64_t s, const T* Lb, const T* Cb, T* vb, T* Zc, T* Gb, T* wb, T* tmp) {
-  using X = Lanes<T, W>;
-  for (int64_t j = 0; j < s; ++j) {
-    T* z = Zc + j * n * W;
-    T acc[W];
-    for (int w = 0; w < W; ++w) acc[w] = 0;
-    for (int64_t i = 0; i < n; ++i)
-      for (int w = 0; w < W; ++w) {
-        z[i * W + w] = Cb[(j * n + i) * W + w];
-        acc[w] += Cb[(j * n + i) * W + w] * vb[i * W + w];
-      }
-    for (int w = 0; w < W; ++w) wb[j * W + w] = acc[w];
-    X::fwd(Lb, z, n);
-  }
-  for (int64_t i = 0; i < s; ++i)
-    for (int64_t j = 0; j <= i; ++j) {
-      T acc[W];
-      for (int w = 0; w < W; ++w) acc[w] = 0;
-      for (int64_t k = 0; k < n; ++k)
-        for (int w = 0; w < W; ++w) acc[w] += Zc[(i * n + k) * W + w] * Zc[(j * n + k) * W + w];
-      for (int w = 0; w < W; ++w) Gb[(i * s + j) * W + w] = acc[w];
-    }
-  damp<T, W>(Gb, s, tmp);
-  X::chol(Gb, s);
-  X::fwd(Gb, wb, s);
-  X::bwd(Gb, wb, s);
-  T* d = tmp;
-  for (int64_t k = 0; k < n; ++k) for (int w = 0; w < W; ++w) d[k * W + w] = 0;
-  for (int64_t j = 0; j < s; ++j)
-    for (int64_t k = 0; k < n; ++k)
-      for (int w = 0; w < W; ++w) d[k * W + w] += Zc[(j * n + k) * W + w] * wb[j * W + w];
-  X::bwd(Lb, d, n);
-  for (int64_t k = 0; k < n; ++k) for (int w = 0; w < W; ++w) vb[k * W + w] -= d[k * W + w];
-}
-
+// simulate._project_velocity: v - L^-T Z^T w, Z = (L^-1 C^T)^T, w = (Z Z^T + mu I)^-1 C v.
 template <ffi::DataType DT>
-static ffi::Error Vproj(ffi::Buffer<DT> L, ffi::Buffer<DT> C, ffi::Buffer<DT> v, ffi::ResultBuffer<DT> vo) {
+ffi::Error Vproj(ffi::Buffer<DT> L, ffi::Buffer<DT> C, ffi::Buffer<DT> v, ffi::ResultBuffer<DT> vo) {
   using T = ffi::NativeType<DT>;
-  constexpr int W = 64 / sizeof(T);
-  int64_t n = v.dimensions().back();
-  int64_t s = C.dimensions()[C.dimensions().size() - 2];
-  int64_t batch = v.element_count() / n;
-  std::vector<T> Lb(n * n * W), Cb(s * n * W), vb(n * W), Zc(s * n * W), Gb(s * s * W), wb(s * W), tmp((n + s) * W);
+  using X = Lanes<T>;
+  using V = typename X::V;
+  constexpr int W = X::W;
+  const int64_t n = v.dimensions()[0], s = C.dimensions()[0], batch = v.dimensions().back();
+  const auto I = identity<T>(n, n);
+  Group<T> Lb(n * n), Z(s * n), vb(n), G(s * s), wb(s), d(n), dl(n), dg(s);
   for (int64_t b0 = 0; b0 < batch; b0 += W) {
-    int64_t cnt = std::min<int64_t>(W, batch - b0);
-    if (cnt < W) {
-      std::fill(Lb.begin(), Lb.end(), T(0)); std::fill(Cb.begin(), Cb.end(), T(0)); std::fill(vb.begin(), vb.end(), T(0));
-      for (int64_t i = 0; i < n; ++i) for (int w = 0; w < W; ++w) Lb[(i * n + i) * W + w] = T(1);
-    }
-    pack(L.typed_data() + b0 * n * n, Lb.data(), n * n, cnt, W);
-    pack(C.typed_data() + b0 * s * n, Cb.data(), s * n, cnt, W);
-    pack(v.typed_data() + b0 * n, vb.data(), n, cnt, W);
-    vproj_group<T, W>(n, s, Lb.data(), Cb.data(), vb.data(), Zc.data(), Gb.data(), wb.data(), tmp.data());
-    unpack(vb.data(), vo->typed_data() + b0 * n, n, cnt, W);
+    const int64_t cnt = std::min<int64_t>(W, batch - b0);
+    Lb.load(L.typed_data(), n * n, batch, b0, cnt, I.data());
+    Z.load(C.typed_data(), s * n, batch, b0, cnt);
+    vb.load(v.typed_data(), n, batch, b0, cnt);
+    for (int64_t j = 0; j < s; ++j) wb[j] = X::dot(Z.data() + j * n, 1, vb.data(), 1, n);  // C v
+    for (int64_t i = 0; i < n; ++i) dl[i] = 1 / Lb[i * n + i];
+    X::fwd_rows(Lb.data(), dl.data(), Z.data(), s, n);
+    X::gram(Z.data(), G.data(), s, n);
+    X::damp(G.data(), s);
+    X::chol(G.data(), dg.data(), s);
+    X::fwd(G.data(), dg.data(), wb.data(), s);
+    X::bwd(G.data(), dg.data(), wb.data(), s);
+    std::fill(d.data(), d.data() + n, V{});
+    X::add_at(Z.data(), wb.data(), d.data(), s, n);
+    X::bwd(Lb.data(), dl.data(), d.data(), n);
+    for (int64_t k = 0; k < n; ++k) vb[k] -= d[k];
+    vb.store(vo->typed_data(), n, batch, b0, cnt);
   }
   return ffi::Error::Success();
 }
 
-// simulate.project_position's minimum-norm step: dq = -C^T (C C^T + mu I)^-1 r, with the
-// Cholesky factor of the damped Gram matrix (s, s) for the chord steps that follow.
+// simulate._min_norm_step: L_g = chol(C C^T + mu I) (s, s) and dq = -C^T L_g^-T L_g^-1 r (n,).
+// With Lg given (simulate._chord_step, the chord steps after the first) only the solve.
+template <typename T>
+void min_norm_group(typename Lanes<T>::V* Cb, typename Lanes<T>::V* G, typename Lanes<T>::V* dg,
+                    typename Lanes<T>::V* rb, typename Lanes<T>::V* dq, int64_t s, int64_t n, bool factor) {
+  using X = Lanes<T>;
+  if (factor) {
+    X::gram(Cb, G, s, n);
+    X::damp(G, s);
+    X::chol(G, dg, s);
+  } else {
+    for (int64_t i = 0; i < s; ++i) dg[i] = 1 / G[i * s + i];
+  }
+  X::fwd(G, dg, rb, s);
+  X::bwd(G, dg, rb, s);
+  std::fill(dq, dq + n, typename X::V{});
+  for (int64_t j = 0; j < s; ++j) rb[j] = -rb[j];
+  X::add_at(Cb, rb, dq, s, n);
+}
+
 template <ffi::DataType DT>
-static ffi::Error MinNorm(ffi::Buffer<DT> C, ffi::Buffer<DT> r, ffi::ResultBuffer<DT> Lgo, ffi::ResultBuffer<DT> dqo) {
+ffi::Error MinNorm(ffi::Buffer<DT> C, ffi::Buffer<DT> r, ffi::ResultBuffer<DT> Lgo, ffi::ResultBuffer<DT> dqo) {
   using T = ffi::NativeType<DT>;
-  constexpr int W = 64 / sizeof(T);
-  using X = Lanes<T, W>;
-  int64_t s = r.dimensions().back();
-  int64_t n = C.dimensions().back();
-  int64_t batch = r.element_count() / s;
-  std::vector<T> Cb(s * n * W), rb(s * W), Gb(s * s * W), dq(n * W), mu(W);
+  constexpr int W = Lanes<T>::W;
+  const int64_t s = r.dimensions()[0], n = C.dimensions()[1], batch = r.dimensions().back();
+  const auto I = identity<T>(s, n);  // idle lanes: C = [I 0]
+  Group<T> Cb(s * n), G(s * s), rb(s), dq(n), dg(s);
   for (int64_t b0 = 0; b0 < batch; b0 += W) {
-    int64_t cnt = std::min<int64_t>(W, batch - b0);
-    if (cnt < W) {  // idle lanes: C = [I 0]
-      std::fill(Cb.begin(), Cb.end(), T(0)); std::fill(rb.begin(), rb.end(), T(0));
-      for (int64_t i = 0; i < std::min(s, n); ++i) for (int w = 0; w < W; ++w) Cb[(i * n + i) * W + w] = T(1);
-    }
-    pack(C.typed_data() + b0 * s * n, Cb.data(), s * n, cnt, W);
-    pack(r.typed_data() + b0 * s, rb.data(), s, cnt, W);
-    for (int64_t i = 0; i < s; ++i)
-      for (int64_t j = 0; j <= i; ++j) {
-        T acc[W];
-        for (int w = 0; w < W; ++w) acc[w] = 0;
-        for (int64_t k = 0; k < n; ++k)
-          for (int w = 0; w < W; ++w) acc[w] += Cb[(i * n + k) * W + w] * Cb[(j * n + k) * W + w];
-        for (int w = 0; w < W; ++w) Gb[(i * s + j) * W + w] = acc[w];
-      }
-    damp<T, W>(Gb.data(), s, mu.data());
-    X::chol(Gb.data(), s);
-    X::fwd(Gb.data(), rb.data(), s);
-    X::bwd(Gb.data(), rb.data(), s);
-    for (int64_t k = 0; k < n; ++k) for (int w = 0; w < W; ++w) dq[k * W + w] = 0;
-    for (int64_t j = 0; j < s; ++j)
-      for (int64_t k = 0; k < n; ++k)
-        for (int w = 0; w < W; ++w) dq[k * W + w] -= Cb[(j * n + k) * W + w] * rb[j * W + w];
-    unpack(Gb.data(), Lgo->typed_data() + b0 * s * s, s * s, cnt, W);
-    unpack(dq.data(), dqo->typed_data() + b0 * n, n, cnt, W);
+    const int64_t cnt = std::min<int64_t>(W, batch - b0);
+    Cb.load(C.typed_data(), s * n, batch, b0, cnt, I.data());
+    rb.load(r.typed_data(), s, batch, b0, cnt);
+    min_norm_group<T>(Cb.data(), G.data(), dg.data(), rb.data(), dq.data(), s, n, true);
+    G.store(Lgo->typed_data(), s * s, batch, b0, cnt);
+    dq.store(dqo->typed_data(), n, batch, b0, cnt);
   }
   return ffi::Error::Success();
 }
 
-
-// The chord steps after the first: dq = -C^T Lg^-T Lg^-1 r with the first step's factor Lg.
 template <ffi::DataType DT>
-static ffi::Error Chord(ffi::Buffer<DT> Lg, ffi::Buffer<DT> C, ffi::Buffer<DT> r, ffi::ResultBuffer<DT> dqo) {
+ffi::Error Chord(ffi::Buffer<DT> Lg, ffi::Buffer<DT> C, ffi::Buffer<DT> r, ffi::ResultBuffer<DT> dqo) {
   using T = ffi::NativeType<DT>;
-  constexpr int W = 64 / sizeof(T);
-  using X = Lanes<T, W>;
-  int64_t s = r.dimensions().back();
-  int64_t n = C.dimensions().back();
-  int64_t batch = r.element_count() / s;
-  std::vector<T> Lb(s * s * W), Cb(s * n * W), rb(s * W), dq(n * W);
+  constexpr int W = Lanes<T>::W;
+  const int64_t s = r.dimensions()[0], n = C.dimensions()[1], batch = r.dimensions().back();
+  const auto I = identity<T>(s, s);
+  Group<T> Cb(s * n), G(s * s), rb(s), dq(n), dg(s);
   for (int64_t b0 = 0; b0 < batch; b0 += W) {
-    int64_t cnt = std::min<int64_t>(W, batch - b0);
-    if (cnt < W) {
-      std::fill(Lb.begin(), Lb.end(), T(0)); std::fill(Cb.begin(), Cb.end(), T(0)); std::fill(rb.begin(), rb.end(), T(0));
-      for (int64_t i = 0; i < s; ++i) for (int w = 0; w < W; ++w) Lb[(i * s + i) * W + w] = T(1);
-    }
-    pack(Lg.typed_data() + b0 * s * s, Lb.data(), s * s, cnt, W);
-    pack(C.typed_data() + b0 * s * n, Cb.data(), s * n, cnt, W);
-    pack(r.typed_data() + b0 * s, rb.data(), s, cnt, W);
-    X::fwd(Lb.data(), rb.data(), s);
-    X::bwd(Lb.data(), rb.data(), s);
-    for (int64_t k = 0; k < n; ++k) for (int w = 0; w < W; ++w) dq[k * W + w] = 0;
-    for (int64_t j = 0; j < s; ++j)
-      for (int64_t k = 0; k < n; ++k)
-        for (int w = 0; w < W; ++w) dq[k * W + w] -= Cb[(j * n + k) * W + w] * rb[j * W + w];
-    unpack(dq.data(), dqo->typed_data() + b0 * n, n, cnt, W);
+    const int64_t cnt = std::min<int64_t>(W, batch - b0);
+    G.load(Lg.typed_data(), s * s, batch, b0, cnt, I.data());
+    Cb.load(C.typed_data(), s * n, batch, b0, cnt);
+    rb.load(r.typed_data(), s, batch, b0, cnt);
+    min_norm_group<T>(Cb.data(), G.data(), dg.data(), rb.data(), dq.data(), s, n, false);
+    dq.store(dqo->typed_data(), n, batch, b0, cnt);
   }
   return ffi::Error::Success();
 }
 
-#define BIND(DT) ffi::Ffi::Bind().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>() \
-  .Arg<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>().Attr<double>("rtol")
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmKktF64, Kkt<ffi::F64>, BIND(ffi::F64));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmKktF32, Kkt<ffi::F32>, BIND(ffi::F32));
+}  // namespace
 
-#define BIND_VPROJ(DT) ffi::Ffi::Bind().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>()
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmVprojF64, Vproj<ffi::F64>, BIND_VPROJ(ffi::F64));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmVprojF32, Vproj<ffi::F32>, BIND_VPROJ(ffi::F32));
-#define BIND_MINNORM(DT) ffi::Ffi::Bind().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>()
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmMinNormF64, MinNorm<ffi::F64>, BIND_MINNORM(ffi::F64));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmMinNormF32, MinNorm<ffi::F32>, BIND_MINNORM(ffi::F32));
-#define BIND_CHORD(DT) ffi::Ffi::Bind().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Arg<ffi::Buffer<DT>>().Ret<ffi::Buffer<DT>>()
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmChordF64, Chord<ffi::F64>, BIND_CHORD(ffi::F64));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmChordF32, Chord<ffi::F32>, BIND_CHORD(ffi::F32));
+#define JM_ARG(DT) .Arg<ffi::Buffer<DT>>()
+#define JM_RET(DT) .Ret<ffi::Buffer<DT>>()
+#define JM_KERNELS(DT, S)                                                                                        \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(JmKkt##S, Kkt<DT>,                                                               \
+                                ffi::Ffi::Bind() JM_ARG(DT) JM_ARG(DT) JM_ARG(DT) JM_ARG(DT) JM_ARG(DT)          \
+                                    JM_RET(DT) JM_RET(DT) JM_RET(DT) JM_RET(DT).Attr<double>("rtol"));           \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(JmVproj##S, Vproj<DT>, ffi::Ffi::Bind() JM_ARG(DT) JM_ARG(DT) JM_ARG(DT) JM_RET(DT)); \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(JmMinNorm##S, MinNorm<DT>, ffi::Ffi::Bind() JM_ARG(DT) JM_ARG(DT) JM_RET(DT) JM_RET(DT)); \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(JmChord##S, Chord<DT>, ffi::Ffi::Bind() JM_ARG(DT) JM_ARG(DT) JM_ARG(DT) JM_RET(DT));
+
+JM_KERNELS(ffi::F64, F64)
+JM_KERNELS(ffi::F32, F32)

@@ -34,7 +34,13 @@ def _systems(dtype, nv=9, s=6):
             mask[[1, 4]] = 0.0
         if i == 5:
             M[0, 0] = np.nan
-        Ms.append(M), Cs.append(C), gs.append(C @ rng.normal(size=nv)), masks.append(mask), bs.append(rng.normal(size=nv))
+        (
+            Ms.append(M),
+            Cs.append(C),
+            gs.append(C @ rng.normal(size=nv)),
+            masks.append(mask),
+            bs.append(rng.normal(size=nv)),
+        )
     return tuple(jnp.asarray(np.stack(x), dtype) for x in (Ms, Cs, gs, masks, bs))
 
 
@@ -94,7 +100,9 @@ def test_projection_kernels_equal_their_references(dtype):
     # the projected velocity satisfies the rows as well as the reference's does (the damping
     # mu = 1e3 eps leaves a relative 1e-4 in float32)
     viol = lambda f: float(jnp.max(jnp.abs(jnp.einsum("bsn,bn->bs", C, jax.jit(jax.vmap(f))(L, C, v)))))  # noqa: E731
-    assert viol(native.project_velocity) <= 2 * viol(simulate._project_velocity) + 1e3 * tol * float(jnp.max(jnp.abs(r)))
+    assert viol(native.project_velocity) <= 2 * viol(simulate._project_velocity) + 1e3 * tol * float(
+        jnp.max(jnp.abs(r))
+    )
 
 
 def test_derivatives_are_the_references(monkeypatch):
