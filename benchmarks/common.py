@@ -146,6 +146,13 @@ def reuse_host_buffers(enabled: bool) -> bool:
     return REUSED["host_buffers"]
 
 
+def native_status() -> str:
+    """Whether jaxmech's native CPU kernels ran (``jaxmech.native.status``)."""
+    from jaxmech import native
+
+    return native.status()
+
+
 def env_info(dtypes=("float64",)) -> dict:
     """What the numbers were measured on."""
     dev = jax.devices()[0]
@@ -173,6 +180,7 @@ def env_info(dtypes=("float64",)) -> dict:
         "processor": platform.processor() or platform.platform(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "reuse_host_buffers": REUSED["host_buffers"],
+        "native_kernels": native_status(),
         "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }

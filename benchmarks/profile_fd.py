@@ -145,7 +145,7 @@ def kkt_only(mech, Q, V, T):
     def solve(M, C, g, b):
         from jaxmech.kkt import solve as kkt_solve
 
-        return kkt_solve(M, C, g, jnp.ones(C.shape[0], M.dtype), b, 1e-9)[:3]
+        return kkt_solve(M, C, g, jnp.ones(C.shape[0], M.dtype), b, 1e-9)
 
     def solve_blocks(M, C, g, b):
         from jaxmech.constrained import _kkt_solve, _to_blocks

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from . import sharding
+from . import native, sharding
 from ._jit import jit
 from .bench_stages import STAGES, Stage, load_bank, stages
 from .mechanism import Mechanism
@@ -111,6 +111,7 @@ def env_info(mesh) -> dict:
         "process_count": jax.process_count(),
         "host": platform.node(),
         "python": platform.python_version(),
+        "native_kernels": native.status() if devs[0].platform == "cpu" else "cpu only",
     }
 
 

@@ -23,6 +23,7 @@ def header(report: dict) -> str:
         f"{e['process_count']} process(es), jax {e['jax']}, wall {report['elapsed_s']:.1f} s"
         + (f", matmul precision {mp}" if mp else "")
         + (", host buffers reused" if e.get("reuse_host_buffers") else "")
+        + (f", native kernels {e['native_kernels']}" if e.get("native_kernels") else "")
     )
 
 

@@ -428,9 +428,9 @@ def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=Non
     (``kkt``): also return the Cholesky factor of ``M`` the solve made."""
     dt = M.dtype
     if method == "kkt":  # the natural-order solve where certified, else the pivoted-QR selection
-        a, lam, rank, L = kkt.solve(M, C, gamma, mask, b, rtol, independent_rows(mech))
-        res = _finish(rank, C * mask[:, None], gamma * mask, a, lam)
-        return (res, L) if factor else res
+        out = kkt.solve(M, C, gamma, mask, b, rtol, independent_rows(mech), factor)
+        res = _finish(out[2], C * mask[:, None], gamma * mask, out[0], out[1])
+        return (res, out[3]) if factor else res
     rows = _Rows(C, gamma, mask, rtol)
     # projected
     G = rows.Cs @ rows.Cs.T + rows.pad  # Gram of the selected rows

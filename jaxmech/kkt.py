@@ -174,20 +174,21 @@ def _natural_native(M, C, gamma, mask, b, rtol):
     return a, lam, L, ok
 
 
-def solve(M, C, gamma, mask, b, rtol: float, independent_rows: bool = True):
-    """``(a, lambda, rank, L)``: accelerations (nv,), multipliers (s,), the rank of the active rows
-    and the lower Cholesky factor ``L`` (nv, nv) of ``M`` (the rollout's velocity projection reuses
-    it) for ``M`` (nv, nv), ``C`` (s, nv), ``gamma`` (s,), ``mask`` (s,) the active rows (1 / 0),
-    ``b`` (nv,). The natural-order solve where certified (on the CPU in one native kernel call,
-    :mod:`jaxmech.native`, where it is built), the pivoted-QR selection elsewhere (module
-    docstring); derivatives of the latter. ``independent_rows=False`` (static: the model's rows are
-    dependent at its reference pose, e.g. planar loops closed by revolute cuts) goes straight to
-    the selection, which such states need."""
+def solve(M, C, gamma, mask, b, rtol: float, independent_rows: bool = True, factor: bool = False):
+    """``(a, lambda, rank)``: accelerations (nv,), multipliers (s,) and the rank of the active rows
+    for ``M`` (nv, nv), ``C`` (s, nv), ``gamma`` (s,), ``mask`` (s,) the active rows (1 / 0), ``b``
+    (nv,); with ``factor=True`` also the lower Cholesky factor ``L`` (nv, nv) of ``M`` (the
+    rollout's velocity projection reuses it). The natural-order solve where certified (on the CPU
+    in one native kernel call, :mod:`jaxmech.native`, where it is built), the pivoted-QR selection
+    elsewhere (module docstring); derivatives of the latter. ``independent_rows=False`` (static:
+    the model's rows are dependent at its reference pose, e.g. planar loops closed by revolute
+    cuts) goes straight to the selection, which such states need."""
     s, nv = C.shape
+    keep = 4 if factor else 3
 
     def ref(M, C, gamma, mask, b):
         L = lapack.cholesky(M)
-        return _selected(M, C, gamma, mask, b, L, rtol) + (L,)
+        return (_selected(M, C, gamma, mask, b, L, rtol) + (L,))[:keep]
 
     if s == 0 or s > nv or not independent_rows:
         return ref(M, C, gamma, mask, b)
@@ -195,14 +196,9 @@ def solve(M, C, gamma, mask, b, rtol: float, independent_rows: bool = True):
     @jax.custom_jvp
     def fast(M, C, gamma, mask, b):
         args = (M, C, gamma, mask, b)
-        if native.available(M.dtype):
-            a, lam, L, ok = jax.lax.platform_dependent(
-                *args, cpu=partial(_natural_native, rtol=rtol), default=partial(_natural_lapack, rtol=rtol)
-            )
-        else:
-            a, lam, L, ok = _natural_lapack(*args, rtol)
+        a, lam, L, ok = native.on_cpu(partial(_natural_native, rtol=rtol), partial(_natural_lapack, rtol=rtol), *args)
         rank = jnp.sum(mask > 0).astype(jnp.int32)
-        return where_needed(~ok, ref, (a, lam, rank, L), *args)
+        return where_needed(~ok, ref, (a, lam, rank, L)[:keep], *args)
 
     fast.defjvp(jvp_rule(ref), symbolic_zeros=True)
     return fast(M, C, gamma, mask, b)

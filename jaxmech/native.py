@@ -131,6 +131,14 @@ def available(dtype) -> bool:
     return np.dtype(dtype) in _DTYPES and not switched_off() and _load()
 
 
+def status() -> str:
+    """``"on"``, ``"off (JAXMECH_NATIVE=0)"`` or ``"unavailable"`` (no compiler, failed build):
+    for benchmark reports. Builds the kernels if they are not built yet."""
+    if switched_off():
+        return "off (JAXMECH_NATIVE=0)"
+    return "on" if _load() else "unavailable"
+
+
 def kkt_natural(M, C, gamma, mask, b, rtol: float):
     """The certified natural-order KKT solve of :func:`jaxmech.kkt.solve` for one state (batch
     under ``vmap``): ``M`` (n, n), ``C`` (s, n) and ``gamma`` (s,) with masked rows zeroed,
@@ -209,6 +217,19 @@ def _ffi(kernel, outs, dtype, args, size: int, attrs):
     return jax.ffi.ffi_call(_target(kernel, dtype), shapes)(*args, **attrs)
 
 
+def on_cpu(kernel, reference, *args):
+    """``kernel(*args)`` where the native kernels are available for the first argument's dtype and
+    the program runs on the CPU, else ``reference(*args)``. Where the default backend is the CPU
+    the choice is made here, so XLA sees the kernel's operands directly (a ``lax.platform_dependent``
+    conditional would keep it from cancelling their batch-last transposes); elsewhere it is a
+    ``lax.platform_dependent``."""
+    if not available(args[0].dtype):
+        return reference(*args)
+    if jax.default_backend() == "cpu":
+        return kernel(*args)
+    return jax.lax.platform_dependent(*args, cpu=kernel, default=reference)
+
+
 def cpu_or(kernel, reference):
     """``f(*args)``: ``kernel`` on the CPU backend where the native kernels are available for the
     first argument's dtype, ``reference`` elsewhere (same outputs to round-off); derivatives are
@@ -217,12 +238,10 @@ def cpu_or(kernel, reference):
 
     @jax.custom_jvp
     def f(*args):
-        if available(args[0].dtype):
-            return jax.lax.platform_dependent(*args, cpu=kernel, default=reference)
-        return reference(*args)
+        return on_cpu(kernel, reference, *args)
 
     f.defjvp(jvp_rule(reference), symbolic_zeros=True)
     return f
 
 
-__all__ = ["available", "chord_step", "cpu_or", "kkt_natural", "min_norm_step", "project_velocity"]
+__all__ = ["available", "chord_step", "cpu_or", "kkt_natural", "min_norm_step", "on_cpu", "project_velocity", "status"]
