@@ -171,7 +171,8 @@ def project_position(mech: Mechanism, q: jnp.ndarray, iters: int = 3, chord: boo
     evaluate the residual alone and reuse both (chord Newton). Its rate is ``|C(q_k) - C(q_0)|``,
     i.e. the size of the first correction: from the ~1e-6 drift of a 1 ms step the second chord
     step lands at round-off, as the full step does, for about half its cost. Not for large moves
-    (use the default there)."""
+    (use the default there). On the CPU each step is one native kernel call per batch
+    (:func:`jaxmech.native.min_norm_step`, :func:`jaxmech.native.chord_step`), else LAPACK."""
     if mech.n_rows == 0:
         return q
     first = native.cpu_or(native.min_norm_step, _min_norm_step)
@@ -212,7 +213,9 @@ def project_velocity(mech: Mechanism, C: jnp.ndarray, M: jnp.ndarray | None, v: 
     ``L``: the lower Cholesky factor of ``M`` if the caller has it (``M`` is then not read).
 
     With ``Z = L^-1 C^T``: ``G = Z^T Z + mu I`` (Cholesky), ``w = G^-1 C v`` and the correction
-    ``L^-T Z w``: one triangular solve with ``s`` right-hand sides and one small Cholesky factor."""
+    ``L^-T Z w``: one triangular solve with ``s`` right-hand sides and one small Cholesky factor,
+    on the CPU in one native kernel call per batch (:mod:`jaxmech.native`; Stewart rollout step
+    21.2 -> 16.7 us per state with the position projection's kernels), else with LAPACK."""
     if C.shape[0] == 0:
         return v
     L = lapack.cholesky(M) if L is None else L

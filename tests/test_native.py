@@ -138,3 +138,20 @@ def test_switch_and_fallback(monkeypatch):
         monkeypatch.undo()
         native._load.cache_clear()
     assert native.available(jnp.float64)
+
+
+@pytest.mark.slow  # a real compile (about 5 s)
+def test_the_kernels_build_in_an_empty_cache(tmp_path, monkeypatch):
+    """What a new machine does on first use: compile the shipped source into the cache folder, with
+    every kernel's symbol in the library; a second call finds the build instead of compiling."""
+    import ctypes
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    so = native._build()
+    assert so.is_file() and tmp_path in so.parents
+    lib = ctypes.cdll.LoadLibrary(str(so))
+    for symbol in native._KERNELS.values():
+        for suffix in native._DTYPES.values():
+            assert hasattr(lib, f"Jm{symbol}{suffix}")
+    mtime = so.stat().st_mtime_ns
+    assert native._build() == so and so.stat().st_mtime_ns == mtime
