@@ -30,7 +30,7 @@ reverse mode), i.e. unchanged: the selection is a discrete choice on ``stop_grad
 :mod:`jaxmech.native`): the Cholesky factors, the Schur complement, the correction where needed and
 the certificate of :func:`_natural_lapack`, eight float64 states per SIMD group. The LAPACK calls it
 replaces cost 1-3 us each on the Stewart's 24 x 24 and 18 x 18 matrices, several times their
-arithmetic (forward dynamics 15.0 -> 10.4 us per state at 4,096 states, one core). Elsewhere, or
+arithmetic (forward dynamics 15.0 -> 7.4 us per state at 4,096 states, one core). Elsewhere, or
 without a C++ compiler, :func:`_natural_lapack` runs; the two agree to round-off.
 """
 
