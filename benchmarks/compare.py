@@ -18,6 +18,10 @@ batch, ...) so machine load hits both alike; the process pinned to one core (``-
 
 Peers run one state per call in a Python loop (their bindings cost ~0.5 us a call, included);
 MJX runs batched from the same closed states and consistent velocities (``v_to_mujoco_qvel``).
+Every timed call starts from an idle process (:data:`SETTLE` seconds of sleep before it): XLA's CPU
+worker threads spin for a while after a parallel program (MJX's), and on the one pinned core that
+spin took 2 us per state from the jaxmech call after it (Stewart forward dynamics 8.9-9.1 us
+against 6.9 with MJX left out, session 50; 7.13 with a 20 ms pause, 7.00 with 300 ms).
 Accuracy next to speed, float64: ``fd`` rows give the acceleration-level closure error ``max
 |C a + gamma|`` (1/s^2 units of each row) of jaxmech's and MJX's accelerations, ``rollout`` rows
 the position-level closure error ``max |r(q)|`` (m, rad) after the ``STEPS`` steps, both measured
@@ -59,6 +63,7 @@ except ImportError:
 
 OPS = ("fk", "closure", "fd", "id", "cid", "assemble", "track", "rollout")
 STEPS = 10  # steps per tracked path / rollout
+SETTLE = 0.1  # seconds idle before each timed call (module docstring)
 YARDSTICK = ("assemble", "track", "rollout")  # timed against the peer's constrained forward dynamics
 BATCHES = (1, 64, 1024, 4096, 16384, 65536)
 
@@ -337,10 +342,12 @@ def bench(name, mech, batches, dtypes, ops, reps, budget, peer_states):
                     if hasattr(p, "prepare")
                 }
                 for _ in range(reps):
+                    time.sleep(SETTLE)
                     s = time.perf_counter()
                     jax.block_until_ready(lowered(m, *args))
                     jt.append((time.perf_counter() - s) / per)
                     for p in active:
+                        time.sleep(SETTLE)
                         pt[p.name].append(p.run(op, b if hasattr(p, "prepare") else min(b, peer_states)))
                 row = {
                     "mechanism": name,

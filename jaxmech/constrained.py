@@ -215,6 +215,26 @@ def block_structure(mech: Mechanism) -> linalg.BlockKKT:
     return st
 
 
+def kkt_sparsity(mech: Mechanism) -> kkt.Sparsity:
+    """The static :class:`jaxmech.kkt.Sparsity` of ``mech``'s mass matrix (the tree's branch
+    sparsity: ``M[m, n]`` is zero unless one coordinate moves the other's body) and closure Jacobian
+    (each row on its loop's path dofs), built once per topology. Both are exact zeros in every
+    state (:mod:`jaxmech.batchlast_dynamics` writes only those entries)."""
+    topo = mech.topo
+    sp = getattr(topo, "_kkt_sparsity", None)
+    if sp is None:
+        from .batchlast_dynamics import _mass_pairs_all
+        from .closure import _jacobian_targets
+
+        P = np.eye(mech.nv, dtype=bool)
+        P[_mass_pairs_all(mech)] = True
+        Cp = np.zeros((mech.n_rows, mech.nv), bool)
+        Cp[_jacobian_targets(mech, list(topo.groups), np.ones(len(topo.coupling_names), bool))] = True
+        sp = kkt.sparsity(P, Cp)
+        object.__setattr__(topo, "_kkt_sparsity", sp)
+    return sp
+
+
 def _to_blocks(mech: Mechanism, M, C, gamma):
     """``(Mb, Cc, gc)``: the diagonal blocks of ``M`` per independent component (c, nbc, bs, bs),
     identity on padded slots, and the closure rows on each component's dofs (c, sc, nbc, bs) and
@@ -428,7 +448,7 @@ def _dense_solve(mech: Mechanism, method: str, M, C, gamma, b, mask, rtol, E=Non
     (``kkt``): also return the Cholesky factor of ``M`` the solve made."""
     dt = M.dtype
     if method == "kkt":  # the natural-order solve where certified, else the pivoted-QR selection
-        out = kkt.solve(M, C, gamma, mask, b, rtol, independent_rows(mech), factor)
+        out = kkt.solve(M, C, gamma, mask, b, rtol, independent_rows(mech), factor, kkt_sparsity(mech))
         res = _finish(out[2], C * mask[:, None], gamma * mask, out[0], out[1])
         return (res, out[3]) if factor else res
     rows = _Rows(C, gamma, mask, rtol)

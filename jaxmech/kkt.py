@@ -36,11 +36,13 @@ without a C++ compiler, :func:`_natural_lapack` runs; the two agree to round-off
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import lapack, native
 from ._as_written import jvp_rule
@@ -48,6 +50,42 @@ from ._once import where_needed
 from .rank import select_rows_ranked
 
 Array = jnp.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Sparsity:
+    """The static sparsity of a model's KKT problems, the same for every state: the entries that can
+    be non-zero in the lower Cholesky factor ``L`` of ``M`` (fill-in included) and in the rows of
+    ``Z = (L^-1 C^T)^T``. The native kernels skip the others, which are zero in every state
+    (:mod:`jaxmech.native`); the LAPACK path does not read it. The Stewart's ``M`` is six 3 x 3 leg
+    blocks and the platform's 6 x 6 (90 of 576 entries) and each closure row touches one leg and the
+    platform (9 of 24 speeds), so its forward dynamics' Cholesky factor, triangular solves and Gram
+    product do a fraction of their dense work. Build it with :func:`sparsity`.
+
+    ``lower`` (n, n) bool: ``L[i, k]``, ``k < i``; ``rows`` (s, n) bool: ``Z[j, i]`` (``C``'s own
+    pattern included); ``c`` (s, n) bool: ``C``'s pattern."""
+
+    lower: np.ndarray
+    rows: np.ndarray
+    c: np.ndarray
+
+
+def sparsity(m_pattern, c_pattern) -> Sparsity:
+    """:class:`Sparsity` from the patterns of ``M`` (n, n) and ``C`` (s, n) (bool; True where an
+    entry can be non-zero in some state). Symbolic Cholesky: eliminating column ``j`` fills every
+    pair of its non-zero rows; a row of ``Z`` is non-zero where its row of ``C`` is, and then
+    wherever ``L`` reaches from there (forward substitution)."""
+    P = np.asarray(m_pattern, bool)
+    n = P.shape[0]
+    low = np.tril(P | P.T, -1)
+    for j in range(n):
+        r = j + 1 + np.nonzero(low[j + 1 :, j])[0]
+        low[np.ix_(r, r)] = True
+    low = np.tril(low, -1)
+    z = np.array(c_pattern, bool).reshape(-1, n)
+    for i in range(n):
+        z[:, i] |= (z[:, :i] & low[i, :i]).any(1)
+    return Sparsity(low, z, np.array(c_pattern, bool).reshape(-1, n))
 
 
 class Rows:
@@ -167,14 +205,25 @@ def _natural_lapack(M, C, gamma, mask, b, rtol):
     return a, lam, L, certified(L, Lk, rows.C, rtol)
 
 
-def _natural_native(M, C, gamma, mask, b, rtol):
-    """:func:`_natural_lapack` in one native call per batch (:func:`jaxmech.native.kkt_natural`)."""
+def _natural_native(M, C, gamma, mask, b, rtol, pattern=None):
+    """:func:`_natural_lapack` in one native call per batch (:func:`jaxmech.native.kkt_natural`),
+    on the :class:`Sparsity` ``pattern`` if given."""
     rows = Rows(C, gamma, mask, rtol, natural=True)
-    L, a, lam, ok = native.kkt_natural(M, rows.Cs, rows.gs, rows.mask, b, rtol)
+    L, a, lam, ok = native.kkt_natural(M, rows.Cs, rows.gs, rows.mask, b, rtol, pattern)
     return a, lam, L, ok
 
 
-def solve(M, C, gamma, mask, b, rtol: float, independent_rows: bool = True, factor: bool = False):
+def solve(
+    M,
+    C,
+    gamma,
+    mask,
+    b,
+    rtol: float,
+    independent_rows: bool = True,
+    factor: bool = False,
+    pattern: Sparsity | None = None,
+):
     """``(a, lambda, rank)``: accelerations (nv,), multipliers (s,) and the rank of the active rows
     for ``M`` (nv, nv), ``C`` (s, nv), ``gamma`` (s,), ``mask`` (s,) the active rows (1 / 0), ``b``
     (nv,); with ``factor=True`` also the lower Cholesky factor ``L`` (nv, nv) of ``M`` (the
@@ -182,7 +231,9 @@ def solve(M, C, gamma, mask, b, rtol: float, independent_rows: bool = True, fact
     in one native kernel call, :mod:`jaxmech.native`, where it is built), the pivoted-QR selection
     elsewhere (module docstring); derivatives of the latter. ``independent_rows=False`` (static:
     the model's rows are dependent at its reference pose, e.g. planar loops closed by revolute
-    cuts) goes straight to the selection, which such states need."""
+    cuts) goes straight to the selection, which such states need. ``pattern``: the static
+    :class:`Sparsity` of ``M`` and ``C`` (every state's zeros outside it must be exact), which the
+    native kernel exploits; None for dense."""
     s, nv = C.shape
     keep = 4 if factor else 3
 
@@ -196,7 +247,9 @@ def solve(M, C, gamma, mask, b, rtol: float, independent_rows: bool = True, fact
     @jax.custom_jvp
     def fast(M, C, gamma, mask, b):
         args = (M, C, gamma, mask, b)
-        a, lam, L, ok = native.on_cpu(partial(_natural_native, rtol=rtol), partial(_natural_lapack, rtol=rtol), *args)
+        a, lam, L, ok = native.on_cpu(
+            partial(_natural_native, rtol=rtol, pattern=pattern), partial(_natural_lapack, rtol=rtol), *args
+        )
         rank = jnp.sum(mask > 0).astype(jnp.int32)
         return where_needed(~ok, ref, (a, lam, rank, L)[:keep], *args)
 

@@ -139,37 +139,55 @@ def status() -> str:
     return "on" if _load() else "unavailable"
 
 
-def kkt_natural(M, C, gamma, mask, b, rtol: float):
+def _masks(pattern, n: int, s: int, lower: bool = True) -> dict:
+    """The kernels' ``lmask`` (n * n) and ``zmask`` (s * n) attributes (int64, row-major) from a
+    :class:`jaxmech.kkt.Sparsity` (``lower=False``: ``C``'s own pattern as ``zmask``, no
+    ``lmask``); all ones (dense) for None."""
+    if pattern is None:
+        z = np.ones(s * n, np.int64)
+        return {"lmask": np.ones(n * n, np.int64), "zmask": z} if lower else {"zmask": z}
+    if pattern.rows.shape != (s, n):
+        raise ValueError(f"sparsity pattern for C {pattern.rows.shape}, got C ({s}, {n})")
+    if not lower:
+        return {"zmask": np.asarray(pattern.c, np.int64).ravel()}
+    return {"lmask": np.asarray(pattern.lower, np.int64).ravel(), "zmask": np.asarray(pattern.rows, np.int64).ravel()}
+
+
+def kkt_natural(M, C, gamma, mask, b, rtol: float, pattern=None):
     """The certified natural-order KKT solve of :func:`jaxmech.kkt.solve` for one state (batch
     under ``vmap``): ``M`` (n, n), ``C`` (s, n) and ``gamma`` (s,) with masked rows zeroed,
     ``mask`` (s,) 1 / 0, ``b`` (n,), s <= n. Returns ``(L, a, lam, ok)``: the Cholesky factor of
     ``M`` (n, n), accelerations (n,), multipliers (s,) and the certificate (a bool scalar). Call
-    only where :func:`available` is true and on the CPU backend."""
+    only where :func:`available` is true and on the CPU backend. ``pattern``: the static
+    :class:`jaxmech.kkt.Sparsity` of ``M`` and ``C`` (None: dense)."""
     dt = M.dtype
     n, s = b.shape[-1], gamma.shape[-1]
     outs = ((n, n), (n,), (s,), (1,))
-    L, a, lam, ok = _call("kkt", outs, dt, (M, C, gamma, mask, b), rtol=float(rtol))
+    L, a, lam, ok = _call("kkt", outs, dt, (M, C, gamma, mask, b), rtol=float(rtol), **_masks(pattern, n, s))
     return L, a, lam, ok[0] > 0
 
 
-def project_velocity(L, C, v):
+def project_velocity(L, C, v, pattern=None):
     """``v - L^-T Z w`` with ``Z = L^-1 C^T``, ``w = (Z^T Z + mu I)^-1 C v``: the M-orthogonal
     projection of :func:`jaxmech.simulate.project_velocity` for ``L`` (n, n) the lower Cholesky
-    factor of ``M``, ``C`` (s, n), ``v`` (n,); ``mu`` its damping. Returns (n,)."""
-    return _call("vproj", (v.shape,), v.dtype, (L, C, v))[0]
+    factor of ``M``, ``C`` (s, n), ``v`` (n,); ``mu`` its damping; ``pattern`` as in
+    :func:`kkt_natural`. Returns (n,)."""
+    s, n = C.shape[-2:]
+    return _call("vproj", (v.shape,), v.dtype, (L, C, v), **_masks(pattern, n, s))[0]
 
 
-def min_norm_step(C, r):
+def min_norm_step(C, r, pattern=None):
     """``(L_g, dq)``: the lower Cholesky factor (s, s) of ``C C^T + mu I`` and the minimum-norm
     step ``dq = -C^T (C C^T + mu I)^-1 r`` (n,) of :func:`jaxmech.simulate.project_position`, for
-    ``C`` (s, n) and ``r`` (s,)."""
+    ``C`` (s, n) and ``r`` (s,); ``pattern`` as in :func:`kkt_natural` (``C``'s is read)."""
     s, n = C.shape
-    return _call("min_norm", ((s, s), (n,)), C.dtype, (C, r))
+    return _call("min_norm", ((s, s), (n,)), C.dtype, (C, r), **_masks(pattern, n, s, lower=False))
 
 
-def chord_step(Lg, C, r):
+def chord_step(Lg, C, r, pattern=None):
     """``-C^T L_g^-T L_g^-1 r`` (n,): a chord step with the factor of :func:`min_norm_step`."""
-    return _call("chord", ((C.shape[1],),), C.dtype, (Lg, C, r))[0]
+    s, n = C.shape
+    return _call("chord", ((n,),), C.dtype, (Lg, C, r), **_masks(pattern, n, s, lower=False))[0]
 
 
 def _call(kernel: str, outs, dtype, args, **attrs):

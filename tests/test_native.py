@@ -78,6 +78,102 @@ def test_kkt_kernel_equals_the_lapack_path(dtype):
     np.testing.assert_allclose(np.asarray(full[0])[fin], np.asarray(sel[0])[fin], rtol=tol, atol=tol)
 
 
+def _tree_systems(dtype, nv=11, s=5, seed=1):
+    """N KKT systems on one random tree's sparsity: ``M = L0^T L0`` with ``L0`` on the ancestor
+    relation (so ``M`` has the tree's branch sparsity and its natural-order Cholesky factor fills
+    in), each row of ``C`` on a random subset of the speeds; state 2 masks two rows, state 5 is NaN."""
+    rng = np.random.default_rng(seed)
+    parent = [-1] + [int(rng.integers(-1, i)) for i in range(1, nv)]
+    anc = np.eye(nv, dtype=bool)  # anc[i, k]: k is i or an ancestor of i
+    for i in range(nv):
+        if parent[i] >= 0:
+            anc[i] |= anc[parent[i]]
+    Cp = rng.random((s, nv)) < 0.3
+    Cp[np.arange(s), rng.integers(0, nv, s)] = True
+    Ms, Cs, gs, masks, bs = [], [], [], [], []
+    for i in range(N):
+        L0 = np.where(anc, rng.normal(size=(nv, nv)), 0.0) + 3 * np.eye(nv)
+        M = L0.T @ L0
+        C = np.where(Cp, rng.normal(size=(s, nv)), 0.0)
+        mask = np.ones(s)
+        if i == 2:
+            mask[[0, 3]] = 0.0
+        if i == 5:
+            M[1, 1] = np.nan
+        (
+            Ms.append(M),
+            Cs.append(C),
+            gs.append(C @ rng.normal(size=nv)),
+            masks.append(mask),
+            bs.append(rng.normal(size=nv)),
+        )
+    P = anc | anc.T
+    args = tuple(jnp.asarray(np.stack(x), dtype) for x in (Ms, Cs, gs, masks, bs))
+    return args, kkt.sparsity(P, Cp)
+
+
+def test_sparsity_holds_every_nonzero():
+    """The symbolic pattern contains every non-zero of the numeric factors (fill-in included), and
+    is smaller than dense, on random trees."""
+    for seed in range(5):
+        (M, C, *_), sp = _tree_systems(jnp.float64, seed=seed)
+        M, C = np.asarray(M)[0], np.asarray(C)[0]
+        L = np.linalg.cholesky(M)
+        Z = np.linalg.solve(L, C.T).T
+        assert not np.any((np.abs(np.tril(L, -1)) > 0) & ~sp.lower)
+        assert not np.any((np.abs(Z) > 0) & ~sp.rows) and np.all(sp.rows >= sp.c)
+        assert sp.lower.sum() < M.shape[0] * (M.shape[0] - 1) // 2
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_kernels_on_a_pattern_equal_the_dense_ones(dtype):
+    """The kernels skip what the pattern says is zero: same results as on the dense pattern (and
+    the same certificate) on a random tree's systems, masked and NaN states included."""
+    (M, C, gamma, mask, b), sp = _tree_systems(dtype)
+    rtol = RTOL if dtype == jnp.float64 else 1e-5
+    tol = 1e-11 if dtype == jnp.float64 else 1e-4
+    sparse = jax.jit(jax.vmap(lambda *x: kkt._natural_native(*x, rtol, sp)))(M, C, gamma, mask, b)
+    dense = jax.jit(jax.vmap(lambda *x: kkt._natural_native(*x, rtol)))(M, C, gamma, mask, b)
+    ok = np.asarray(dense[3])
+    np.testing.assert_array_equal(np.asarray(sparse[3]), ok)
+    assert ok.sum() >= N - 1 and not ok[5]
+    for g, w in zip(sparse[:3], dense[:3], strict=True):
+        g, w = np.asarray(g)[ok], np.asarray(w)[ok]
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * np.max(np.abs(w)))
+    fin = np.ones(N, bool)
+    fin[5] = False
+    L = jax.vmap(lapack.cholesky)(M[fin])
+    Cf, v = C[fin], b[fin]
+    r = jnp.einsum("bsn,bn->bs", Cf, v)
+    Lg = jax.vmap(simulate._min_norm_step)(Cf, r)[0]
+    for kernel, args in [
+        (native.project_velocity, (L, Cf, v)),
+        (native.min_norm_step, (Cf, r)),
+        (native.chord_step, (Lg, Cf, r)),
+    ]:
+        got = jax.jit(jax.vmap(lambda *x, k=kernel: k(*x, pattern=sp)))(*args)
+        want = jax.jit(jax.vmap(kernel))(*args)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol * float(jnp.max(jnp.abs(w))), err_msg=kernel.__name__)
+
+
+def test_the_models_patterns(configs_dir):
+    """The Stewart's mass matrix is the platform's 6 x 6 block and six 3 x 3 leg blocks (no fill-in:
+    33 entries below the diagonal) and each closure row touches its leg and the platform (162 of
+    432); the patterns hold the model's actual non-zeros at a random state."""
+    import jaxmech as jm
+    from jaxmech.constrained import _tree_and_closure_terms, kkt_sparsity
+
+    mech = jm.load(configs_dir / "stewart.toml")
+    sp = kkt_sparsity(mech)
+    assert sp.lower.sum() == 6 * 5 // 2 + 6 * 3 and sp.c.sum() == sp.rows.sum() == 18 * 9
+    rng = np.random.default_rng(0)
+    q = jm.integrate(mech, mech.q0, jnp.asarray(0.1 * rng.normal(size=mech.nv)))
+    M, _, C, _ = _tree_and_closure_terms(mech, q, jnp.asarray(rng.normal(size=mech.nv)))
+    L = np.linalg.cholesky(np.asarray(M))
+    assert not np.any((np.tril(L, -1) != 0) & ~sp.lower) and not np.any((np.asarray(C) != 0) & ~sp.c)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
 def test_projection_kernels_equal_their_references(dtype):
     M, C, _, _, b = _systems(dtype)
