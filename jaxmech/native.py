@@ -4,8 +4,11 @@ Why. A batched Stewart forward dynamics spends about 5 us per state in per-matri
 18-24-sized matrices (``benchmarks/PROFILE.md``, sessions 45-48): each ``potrf``/``trsm`` call costs
 1-3 us of fixed overhead, several times its arithmetic, and unrolled ``jnp`` versions are slower
 still. :func:`kkt_natural` runs the whole certified KKT solve of :mod:`jaxmech.kkt` for a batch of
-states in one call (``native_kkt.cc``): eight float64 (sixteen float32) states at a time, laid out
-lane by lane so every step is one SIMD operation across states, all factors kept in the L1 cache.
+states in one call (``native_kernels.cc``): eight float64 (sixteen float32) states at a time, laid
+out lane by lane so every step is one SIMD operation across states, all factors kept in the L1
+cache. Given a model's static :class:`jaxmech.kkt.Sparsity` (``pattern=``), the kernels' loops run
+over index lists of the entries that can be non-zero and skip the tree's and the loops' structural
+zeros (Stewart forward dynamics 7.0 -> 6.4 us per state).
 
 Build. The C++ source ships with the package and is compiled once per machine, jaxlib version and
 source, with the system's C++ compiler (``$CXX``, else ``c++``/``g++``; ``-O3 -march=native``)
