@@ -157,19 +157,21 @@ def test_kernels_on_a_pattern_equal_the_dense_ones(dtype):
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol * float(jnp.max(jnp.abs(w))), err_msg=kernel.__name__)
 
 
-def test_the_models_patterns(configs_dir):
+def test_the_models_patterns():
     """The Stewart's mass matrix is the platform's 6 x 6 block and six 3 x 3 leg blocks (no fill-in:
     33 entries below the diagonal) and each closure row touches its leg and the platform (162 of
-    432); the patterns hold the model's actual non-zeros at a random state."""
-    import jaxmech as jm
-    from jaxmech.constrained import _tree_and_closure_terms, kkt_sparsity
+    432); the patterns hold the model's actual non-zeros at a random state (the public ``crba``
+    and ``closure_jacobian``, compiled once per model for the whole suite)."""
+    import _shared
 
-    mech = jm.load(configs_dir / "stewart.toml")
+    import jaxmech as jm
+    from jaxmech.constrained import kkt_sparsity
+
+    mech = _shared.load("stewart")
     sp = kkt_sparsity(mech)
     assert sp.lower.sum() == 6 * 5 // 2 + 6 * 3 and sp.c.sum() == sp.rows.sum() == 18 * 9
-    rng = np.random.default_rng(0)
-    q = jm.integrate(mech, mech.q0, jnp.asarray(0.1 * rng.normal(size=mech.nv)))
-    M, _, C, _ = _tree_and_closure_terms(mech, q, jnp.asarray(rng.normal(size=mech.nv)))
+    q = _shared.random_configurations(mech, 1, seed=0, scale=0.5)[0]
+    M, C = jm.crba(mech, q), jm.closure_jacobian(mech, q)
     L = np.linalg.cholesky(np.asarray(M))
     assert not np.any((np.tril(L, -1) != 0) & ~sp.lower) and not np.any((np.asarray(C) != 0) & ~sp.c)
 
