@@ -58,7 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import lapack, lie
+from . import lapack, lie, native
 from ._once import where_needed
 from .active_set import Partition
 from .closure import _all_rows, group_mismatches
@@ -250,14 +250,25 @@ def _rcond_where(J, need, rc):
 def _lm_factor(J, mu):
     """Cholesky factor of the Levenberg-Marquardt matrix ``J^T J + mu s I`` (s = max diag of
     J^T J; symmetric positive definite for ``mu > 0``: Stewart, 18 x 18, batch 1,024, 2.1 us per
-    state against 3.0 for the LU it replaced; ``benchmarks/PROFILE.md``, session 44)."""
+    state against 3.0 for the LU it replaced; ``benchmarks/PROFILE.md``, session 44). On the CPU
+    one native kernel call per batch (:func:`jaxmech.native.lm_factor`), else
+    :func:`_lm_factor_lapack`."""
+    return native.cpu_or(native.lm_factor, _lm_factor_lapack)(J, mu)
+
+
+def _lm_factor_lapack(J, mu):
     A = J.T @ J
     s = jnp.maximum(jnp.max(jnp.diag(A)), jnp.finfo(J.dtype).tiny)
     return lapack.cholesky(jax.lax.stop_gradient(A + mu * s * jnp.eye(A.shape[0], dtype=A.dtype)))
 
 
 def _lm_solve(L, J, f):
-    """The step ``d = -(J^T J + mu s I)^-1 J^T f`` from :func:`_lm_factor`'s factor (0 if not finite)."""
+    """The step ``d = -(J^T J + mu s I)^-1 J^T f`` from :func:`_lm_factor`'s factor (0 if not
+    finite); on the CPU :func:`jaxmech.native.lm_solve`."""
+    return native.cpu_or(native.lm_solve, _lm_solve_lapack)(L, J, f)
+
+
+def _lm_solve_lapack(L, J, f):
     d = lapack.cho_solve(L, jax.lax.stop_gradient(-J.T @ f))
     return jnp.where(jnp.all(jnp.isfinite(d)), d, 0.0)
 

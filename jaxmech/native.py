@@ -41,7 +41,14 @@ import numpy as np
 from jax.custom_batching import custom_vmap
 
 _SRC = Path(__file__).with_name("native_kernels.cc")
-_KERNELS = {"kkt": "Kkt", "vproj": "Vproj", "min_norm": "MinNorm", "chord": "Chord"}
+_KERNELS = {
+    "kkt": "Kkt",
+    "vproj": "Vproj",
+    "min_norm": "MinNorm",
+    "chord": "Chord",
+    "lm_factor": "LmFactor",
+    "lm_solve": "LmSolve",
+}
 _DTYPES = {np.dtype(np.float64): "F64", np.dtype(np.float32): "F32"}
 
 
@@ -193,6 +200,20 @@ def chord_step(Lg, C, r, pattern=None):
     return _call("chord", ((n,),), C.dtype, (Lg, C, r), **_masks(pattern, n, s, lower=False))[0]
 
 
+def lm_factor(J, mu):
+    """The lower Cholesky factor (n, n) of the Levenberg-Marquardt matrix ``J^T J + mu s I`` of
+    :func:`jaxmech.corrector._lm_factor` (``s`` = the largest diagonal entry of ``J^T J``), for ``J``
+    (m, n) and the scalar damping ``mu``."""
+    n = J.shape[1]
+    return _call("lm_factor", ((n, n),), J.dtype, (J, jnp.reshape(mu, (1,)).astype(J.dtype)))[0]
+
+
+def lm_solve(L, J, f):
+    """The step ``-(L L^T)^-1 J^T f`` (n,) of :func:`jaxmech.corrector._lm_solve` (0 where it is
+    not finite) for the factor ``L`` (n, n) of :func:`lm_factor`, ``J`` (m, n), ``f`` (m,)."""
+    return _call("lm_solve", ((J.shape[1],),), J.dtype, (L, J, f))[0]
+
+
 def _call(kernel: str, outs, dtype, args, **attrs):
     """The kernel on one problem (``args`` and ``outs``, the output shapes, without a batch axis).
     Under ``vmap`` (nested or not) it runs once on the whole batch, batch-last."""
@@ -265,4 +286,15 @@ def cpu_or(kernel, reference):
     return f
 
 
-__all__ = ["available", "chord_step", "cpu_or", "kkt_natural", "min_norm_step", "on_cpu", "project_velocity", "status"]
+__all__ = [
+    "available",
+    "chord_step",
+    "cpu_or",
+    "kkt_natural",
+    "lm_factor",
+    "lm_solve",
+    "min_norm_step",
+    "on_cpu",
+    "project_velocity",
+    "status",
+]

@@ -393,6 +393,66 @@ ffi::Error Chord(ffi::Buffer<DT> Lg, ffi::Buffer<DT> C, ffi::Buffer<DT> r, ffi::
   return ffi::Error::Success();
 }
 
+// corrector._lm_factor: L = chol(A + mu s I) (n, n), A = J^T J for J (m, n), s = max(max diag A,
+// tiny): the Levenberg-Marquardt matrix of assembly's and tracking's Gauss-Newton steps.
+template <ffi::DataType DT>
+ffi::Error LmFactor(ffi::Buffer<DT> J, ffi::Buffer<DT> mu, ffi::ResultBuffer<DT> Lo) {
+  using T = ffi::NativeType<DT>;
+  using X = Lanes<T>;
+  using V = typename X::V;
+  constexpr int W = X::W;
+  const int64_t m = J.dimensions()[0], n = J.dimensions()[1], batch = mu.dimensions().back();
+  const auto I = identity<T>(m, n);  // idle lanes: J = [I 0], mu = 1
+  const std::vector<V> one(1, X::splat(1));
+  const Pattern P = Pattern::dense(n);
+  Group<T> Jb(m * n), mb(1), A(n * n), dinv(n);
+  for (int64_t b0 = 0; b0 < batch; b0 += W) {
+    const int64_t cnt = std::min<int64_t>(W, batch - b0);
+    Jb.load(J.typed_data(), m * n, batch, b0, cnt, I.data());
+    mb.load(mu.typed_data(), 1, batch, b0, cnt, one.data());
+    V smax = X::splat(std::numeric_limits<T>::min());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k <= i; ++k) A[i * n + k] = X::dot(Jb.data() + i, n, Jb.data() + k, n, m);
+    for (int64_t i = 0; i < n; ++i) smax = X::max(smax, A[i * n + i]);
+    for (int64_t i = 0; i < n; ++i) A[i * n + i] += mb[0] * smax;
+    X::chol(A.data(), dinv.data(), P);
+    A.store(Lo->typed_data(), n * n, batch, b0, cnt);
+  }
+  return ffi::Error::Success();
+}
+
+// corrector._lm_solve: d = -(L L^T)^-1 J^T f (n,) for L (n, n), J (m, n), f (m,); 0 where d is
+// not finite.
+template <ffi::DataType DT>
+ffi::Error LmSolve(ffi::Buffer<DT> L, ffi::Buffer<DT> J, ffi::Buffer<DT> f, ffi::ResultBuffer<DT> dout) {
+  using T = ffi::NativeType<DT>;
+  using X = Lanes<T>;
+  using V = typename X::V;
+  constexpr int W = X::W;
+  const int64_t m = J.dimensions()[0], n = J.dimensions()[1], batch = f.dimensions().back();
+  const auto I = identity<T>(n, n);
+  const Pattern P = Pattern::dense(n);
+  Group<T> Lb(n * n), Jb(m * n), fb(m), d(n), dinv(n);
+  for (int64_t b0 = 0; b0 < batch; b0 += W) {
+    const int64_t cnt = std::min<int64_t>(W, batch - b0);
+    Lb.load(L.typed_data(), n * n, batch, b0, cnt, I.data());
+    Jb.load(J.typed_data(), m * n, batch, b0, cnt);
+    fb.load(f.typed_data(), m, batch, b0, cnt);
+    for (int64_t k = 0; k < n; ++k) {
+      d[k] = -X::dot(Jb.data() + k, n, fb.data(), 1, m);
+      dinv[k] = 1 / Lb[k * n + k];
+    }
+    X::fwd(Lb.data(), dinv.data(), d.data(), P);
+    X::bwd(Lb.data(), dinv.data(), d.data(), P);
+    const V zero{};
+    auto good = zero == zero;  // all true
+    for (int64_t k = 0; k < n; ++k) good = good & (d[k] - d[k] == 0);
+    for (int64_t k = 0; k < n; ++k) d[k] = good ? d[k] : V{};
+    d.store(dout->typed_data(), n, batch, b0, cnt);
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 #define JM_ARG(DT) .Arg<ffi::Buffer<DT>>()
@@ -405,7 +465,9 @@ ffi::Error Chord(ffi::Buffer<DT> Lg, ffi::Buffer<DT> C, ffi::Buffer<DT> r, ffi::
                                     JM_RET(DT) JM_RET(DT) JM_RET(DT) JM_RET(DT).Attr<double>("rtol") JM_MASKS);           \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(JmVproj##S, Vproj<DT>, ffi::Ffi::Bind() JM_ARG(DT) JM_ARG(DT) JM_ARG(DT) JM_RET(DT) JM_MASKS); \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(JmMinNorm##S, MinNorm<DT>, ffi::Ffi::Bind() JM_ARG(DT) JM_ARG(DT) JM_RET(DT) JM_RET(DT) JM_ZMASK); \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(JmChord##S, Chord<DT>, ffi::Ffi::Bind() JM_ARG(DT) JM_ARG(DT) JM_ARG(DT) JM_RET(DT) JM_ZMASK);
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(JmChord##S, Chord<DT>, ffi::Ffi::Bind() JM_ARG(DT) JM_ARG(DT) JM_ARG(DT) JM_RET(DT) JM_ZMASK); \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLmFactor##S, LmFactor<DT>, ffi::Ffi::Bind() JM_ARG(DT) JM_ARG(DT) JM_RET(DT));         \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLmSolve##S, LmSolve<DT>, ffi::Ffi::Bind() JM_ARG(DT) JM_ARG(DT) JM_ARG(DT) JM_RET(DT));
 
 JM_KERNELS(ffi::F64, F64)
 JM_KERNELS(ffi::F32, F32)

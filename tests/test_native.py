@@ -203,6 +203,31 @@ def test_projection_kernels_equal_their_references(dtype):
     )
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_gauss_newton_kernels_equal_their_references(dtype):
+    """Assembly's and tracking's Levenberg-Marquardt factor and step (``corrector._lm_factor`` /
+    ``_lm_solve``) on 13 states, square and tall Jacobians, one of them NaN (its step is 0)."""
+    from jaxmech import corrector
+
+    rng = np.random.default_rng(3)
+    tol = 1e-11 if dtype == jnp.float64 else 1e-4
+    for m, n in [(9, 9), (12, 7)]:
+        J = rng.normal(size=(N, m, n))
+        J[4] = np.nan
+        J, f = jnp.asarray(J, dtype), jnp.asarray(rng.normal(size=(N, m)), dtype)
+        mu = jnp.asarray(rng.uniform(1e-8, 1e-2, N), dtype)
+        L = jax.jit(jax.vmap(native.lm_factor))(J, mu)
+        Lr = jax.jit(jax.vmap(corrector._lm_factor_lapack))(J, mu)
+        fin = np.ones(N, bool)
+        fin[4] = False
+        np.testing.assert_allclose(np.tril(L[fin]), np.tril(Lr[fin]), rtol=tol, atol=tol * float(jnp.max(Lr[fin])))
+        assert np.isnan(np.asarray(L[4])).any()
+        d = jax.jit(jax.vmap(native.lm_solve))(Lr, J, f)
+        dr = jax.jit(jax.vmap(corrector._lm_solve_lapack))(Lr, J, f)
+        np.testing.assert_allclose(d, dr, rtol=tol, atol=tol * float(jnp.max(jnp.abs(dr))))
+        assert not np.asarray(d[4]).any()  # not finite: no step
+
+
 def test_derivatives_are_the_references(monkeypatch):
     """Gradients through a native projection equal those of the LAPACK formula."""
     M, C, _, _, b = _systems(jnp.float64)
